@@ -1,0 +1,755 @@
+//! The experiment file: `experiment.toml`.
+//!
+//! Decoding runs in two passes so that every error carries a file, line and column:
+//! 1. the whole document into [`Config`], where each strategy entry keeps its `type` and its
+//!    other keys as an opaque table;
+//! 2. each strategy's keys into that strategy's own parameter struct ([`ParamSource::parse`]),
+//!    from the same spanned document, so a bad key inside `[[forgetting]]` points at its line.
+//!
+//! Unknown keys, unknown strategy names and wrong types are errors with a "did you mean" hint.
+
+use crate::error::{Error, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue, ValueDeserializer};
+
+/// `[run]`: run-wide settings.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// The seed of every random stream (data order, permutations, initialisation, sampling).
+    pub seed: u64,
+    /// `cpu` (Burn's flex backend), `vulkan` or `cuda`.
+    pub device: String,
+    /// Output directory; `--out` overrides it. Default `runs/<config stem>`.
+    pub out: Option<PathBuf>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            device: "cpu".into(),
+            out: None,
+        }
+    }
+}
+
+/// The continual-learning scenario (van de Ven & Tolias 2019, "Three scenarios for continual
+/// learning").
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Split classes into tasks; one head over all classes seen; no task id at test time.
+    ClassIncremental,
+    /// Split classes into tasks; the task id is known, logits are masked to the task's classes.
+    TaskIncremental,
+    /// Same label space, shifted inputs: one fixed pixel permutation per task (Permuted-X).
+    DomainIncremental,
+}
+
+/// Which held-out samples evaluation uses.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalSplit {
+    /// The official test split.
+    #[default]
+    Test,
+    /// The `validation` share held out of the training split (for tuning hyperparameters).
+    Validation,
+}
+
+/// `[data]`: the dataset and how it becomes a stream of tasks.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    /// `fashion-mnist` or `mnist`.
+    pub dataset: String,
+    /// A directory holding the four IDX files; else `$ENGRAM_DATA/<dataset>/`, then
+    /// `/usr/share/datasets/<dataset>/`. Relative to the config file.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// The scenario. Default `class-incremental`.
+    #[serde(default = "default_scenario")]
+    pub scenario: Scenario,
+    /// Number of tasks. Split scenarios default to `classes / classes_per_task`; permuted to 10.
+    #[serde(default)]
+    pub tasks: Option<usize>,
+    /// Classes per task in split scenarios. Default 2.
+    #[serde(default)]
+    pub classes_per_task: Option<usize>,
+    /// The order in which classes are dealt to tasks. Default `0..classes`.
+    #[serde(default)]
+    pub class_order: Option<Vec<usize>>,
+    /// Keep at most this many training samples per task (drawn from the seed); for quick runs.
+    #[serde(default)]
+    pub subsample: Option<usize>,
+    /// Keep at most this many test samples per task.
+    #[serde(default)]
+    pub test_subsample: Option<usize>,
+    /// Share of each task's training samples held out for validation, in `[0, 0.5]`. Default 0.
+    #[serde(default)]
+    pub validation: f64,
+    /// Evaluate on `test` (default) or on the held-out `validation` samples.
+    #[serde(default)]
+    pub evaluate_on: EvalSplit,
+    /// Class-incremental only: mask logits of classes not yet seen. Default false.
+    #[serde(default)]
+    pub mask_logits: bool,
+}
+
+fn default_scenario() -> Scenario {
+    Scenario::ClassIncremental
+}
+
+/// `[model]`: the network.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// `mlp`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Hidden widths of the MLP. Default `[400, 400]`.
+    #[serde(default = "default_hidden")]
+    pub hidden: Vec<usize>,
+    /// `relu` (default), `gelu` or `tanh`.
+    #[serde(default)]
+    pub activation: crate::model::mlp::ActivationKind,
+    /// Dropout probability after each hidden layer. Default 0.
+    #[serde(default)]
+    pub dropout: f64,
+}
+
+fn default_hidden() -> Vec<usize> {
+    vec![400, 400]
+}
+
+/// The optimiser family (burn-optim).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    /// Stochastic gradient descent with optional momentum.
+    Sgd,
+    /// Adam (Kingma & Ba 2015), L2 weight decay.
+    Adam,
+    /// AdamW (Loshchilov & Hutter 2019), decoupled weight decay.
+    Adamw,
+}
+
+/// `[optimizer]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimizerConfig {
+    /// `sgd` (default), `adam` or `adamw`.
+    #[serde(rename = "type")]
+    pub kind: OptimizerKind,
+    /// Learning rate. Default 0.05.
+    pub lr: f64,
+    /// SGD momentum (0 = none). Default 0.9.
+    pub momentum: f64,
+    /// Weight decay. Default 0.
+    pub weight_decay: f64,
+    /// Start each task with fresh optimiser state (momentum, Adam moments), as Avalanche does
+    /// at each experience. Default true. Without it, momentum built on the last task's
+    /// gradients is applied to the first steps of the next task, where the loss on new classes
+    /// is large; with SGD lr 0.05 / momentum 0.9 on Split-FMNIST that can diverge.
+    pub reset_per_task: bool,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        Self {
+            kind: OptimizerKind::Sgd,
+            lr: 0.05,
+            momentum: 0.9,
+            weight_decay: 0.0,
+            reset_per_task: true,
+        }
+    }
+}
+
+/// `[train]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Epochs per task. Default 1.
+    pub epochs: usize,
+    /// Training batch size in samples. Default 128.
+    pub batch_size: usize,
+    /// Evaluation batch size in samples. Default 1000.
+    pub eval_batch_size: usize,
+    /// Train on all tasks at once (the joint upper bound). Default false.
+    pub joint: bool,
+    /// Global gradient-norm clipping threshold (off when absent).
+    pub clip_norm: Option<f64>,
+    /// Log one row to steps.csv every this many steps. Default 10.
+    pub log_every: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 1,
+            batch_size: 128,
+            eval_batch_size: 1000,
+            joint: false,
+            clip_norm: None,
+            log_every: 10,
+        }
+    }
+}
+
+/// One `[[forgetting]]`, `[[memory]]` or `[[scheduler]]` entry: its `type` and its own keys.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct StrategyEntry {
+    /// The registered strategy name.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The strategy's own keys (decoded by the strategy, see [`ParamSource`]).
+    #[serde(flatten)]
+    pub params: toml::Table,
+}
+
+impl<'de> Deserialize<'de> for StrategyEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let mut table = toml::Table::deserialize(d)?;
+        match table.remove("type") {
+            Some(toml::Value::String(kind)) => Ok(Self {
+                kind,
+                params: table,
+            }),
+            Some(other) => Err(serde::de::Error::custom(format!(
+                "`type` must be a string naming a strategy, found {}",
+                other.type_str()
+            ))),
+            None => Err(serde::de::Error::custom(
+                "missing `type = \"…\"` naming the strategy",
+            )),
+        }
+    }
+}
+
+/// One entry or a list of entries (`[scheduler]` or `[[scheduler]]`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(StrategyEntry),
+    Many(Vec<StrategyEntry>),
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<StrategyEntry>, D::Error> {
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(e) => vec![e],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+/// The whole experiment file.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[run]`.
+    #[serde(default)]
+    pub run: RunConfig,
+    /// `[data]` (required).
+    pub data: DataConfig,
+    /// `[model]` (required).
+    pub model: ModelConfig,
+    /// `[optimizer]`.
+    #[serde(default)]
+    pub optimizer: OptimizerConfig,
+    /// `[train]`.
+    #[serde(default)]
+    pub train: TrainConfig,
+    /// `[[forgetting]]` entries, applied in order. Default: none (naive fine-tuning).
+    #[serde(default)]
+    pub forgetting: Vec<StrategyEntry>,
+    /// `[[memory]]` entries, composed in the documented order. Default: `standard`.
+    #[serde(default)]
+    pub memory: Vec<StrategyEntry>,
+    /// `[scheduler]` or `[[scheduler]]` entries. Default: `constant`.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub scheduler: Vec<StrategyEntry>,
+    /// Shared libraries with more strategies (paths relative to the config file).
+    #[serde(default)]
+    pub plugins: Vec<PathBuf>,
+}
+
+/// A config file as loaded: the decoded [`Config`] and the text it came from, so strategy
+/// parameters can be decoded later with positions.
+#[derive(Clone, Debug)]
+pub struct LoadedConfig {
+    /// The decoded config.
+    pub config: Config,
+    /// Where it came from (for messages and relative paths).
+    pub file: PathBuf,
+    /// The TOML text (after `--set` overrides).
+    pub source: Arc<str>,
+}
+
+/// The 1-based line and column of byte `offset` in `src`.
+pub fn line_col(src: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(src.len());
+    let before = &src[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// Suggests the closest of `candidates` to `word` (Jaro–Winkler ≥ 0.8).
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(word, c), c))
+        .filter(|(s, _)| *s >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+/// Hint for a serde message such as "unknown field `epochz`, expected one of `epochs`, …".
+fn hint_for(message: &str) -> Option<String> {
+    let field = message
+        .strip_prefix("unknown field `")?
+        .split('`')
+        .next()?
+        .to_string();
+    let expected: Vec<&str> = message.split('`').skip(3).step_by(2).collect();
+    did_you_mean(&field, expected.iter().copied())
+        .map(|s| format!("did you mean `{s}`?"))
+        .or_else(|| Some(format!("valid keys: {}", expected.join(", "))))
+}
+
+fn toml_error(file: &Path, src: &str, err: &toml::de::Error) -> Error {
+    let (line, column) = err.span().map_or((1, 1), |s| line_col(src, s.start));
+    let message = err.message().trim().to_string();
+    let hint = hint_for(&message);
+    Error::Config {
+        file: file.to_path_buf(),
+        line,
+        column,
+        message,
+        hint,
+    }
+}
+
+/// Applies `--set key.path=value` overrides to TOML text, keeping its formatting.
+///
+/// # Errors
+/// [`Error::ConfigFile`] for an override without `=`, a value that is not TOML, or a path that
+/// crosses a non-table.
+pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String> {
+    if sets.is_empty() {
+        return Ok(src.to_string());
+    }
+    let bad = |m: String, hint: &str| Error::ConfigFile {
+        file: file.to_path_buf(),
+        message: m,
+        hint: Some(hint.to_string()),
+    };
+    let mut doc: toml_edit::DocumentMut = src
+        .parse()
+        .map_err(|e: toml_edit::TomlError| bad(e.to_string(), "fix the file first"))?;
+    for set in sets {
+        let (key, value) = set.split_once('=').ok_or_else(|| {
+            bad(
+                format!("--set `{set}` has no `=`"),
+                "write --set train.epochs=3",
+            )
+        })?;
+        let value: toml_edit::Value = value.trim().parse().or_else(|_| {
+            // A bare word is taken as a string: --set run.device=cpu.
+            Ok::<_, Error>(toml_edit::Value::from(value.trim()))
+        })?;
+        let parts: Vec<&str> = key.trim().split('.').collect();
+        let (last, path) = parts.split_last().expect("split yields one part");
+        let mut table: &mut dyn toml_edit::TableLike = doc.as_table_mut();
+        let mut i = 0;
+        while i < path.len() {
+            let p = path[i];
+            let item = table
+                .entry(p)
+                .or_insert(toml_edit::Item::Table(toml_edit::Table::new()));
+            if item.is_array_of_tables() {
+                // Arrays of tables are addressed by index: `forgetting.0.lambda`.
+                let idx = path
+                    .get(i + 1)
+                    .and_then(|s| s.parse::<usize>().ok())
+                    .ok_or_else(|| {
+                        bad(
+                            format!("--set `{key}`: `{p}` is a list; add an index"),
+                            "write for example forgetting.0.lambda=100",
+                        )
+                    })?;
+                table = item
+                    .as_array_of_tables_mut()
+                    .and_then(|a| a.get_mut(idx))
+                    .ok_or_else(|| {
+                        bad(
+                            format!("--set `{key}`: there is no entry {idx} in `{p}`"),
+                            "entries are numbered from 0",
+                        )
+                    })?;
+                i += 2;
+            } else {
+                table = item.as_table_like_mut().ok_or_else(|| {
+                    bad(
+                        format!("--set `{key}`: `{p}` is not a table"),
+                        "check the key path",
+                    )
+                })?;
+                i += 1;
+            }
+        }
+        table.insert(last, toml_edit::Item::Value(value));
+    }
+    Ok(doc.to_string())
+}
+
+impl LoadedConfig {
+    /// Reads and decodes a config file, applying `--set` overrides first.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when unreadable, [`Error::ConfigFile`] when not UTF-8, [`Error::Config`] with
+    /// line and column for syntax errors, unknown keys and wrong types.
+    pub fn load(file: &Path, sets: &[String]) -> Result<Self> {
+        let bytes = std::fs::read(file).map_err(|e| Error::io(file, e))?;
+        let text = String::from_utf8(bytes).map_err(|e| Error::ConfigFile {
+            file: file.to_path_buf(),
+            message: format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+            hint: Some("a config is a TOML text file; see examples/split-fmnist.toml".into()),
+        })?;
+        let text = apply_overrides(file, &text, sets)?;
+        Self::from_source(file, text)
+    }
+
+    /// Decodes TOML text that came from `file`.
+    ///
+    /// # Errors
+    /// As [`LoadedConfig::load`].
+    pub fn from_source(file: &Path, text: String) -> Result<Self> {
+        let config = {
+            let doc = DeTable::parse(&text).map_err(|e| toml_error(file, &text, &e))?;
+            let root_empty = doc.get_ref().is_empty();
+            Config::deserialize(toml::de::Deserializer::from(doc)).map_err(|e| {
+                let mut err = toml_error(file, &text, &e);
+                if root_empty && let Error::Config { hint, .. } = &mut err {
+                    *hint = Some(
+                        "the file is empty: a config needs at least [data] and [model]; \
+                         start from examples/split-fmnist.toml"
+                            .into(),
+                    );
+                }
+                err
+            })?
+        };
+        let loaded = Self {
+            config,
+            file: file.to_path_buf(),
+            source: Arc::from(text),
+        };
+        loaded.check()?;
+        Ok(loaded)
+    }
+
+    /// The position of `key` under table `section` (for semantic errors found after decoding).
+    pub fn position(&self, section: &str, key: &str) -> (usize, usize) {
+        let Ok(doc) = DeTable::parse(&self.source) else {
+            return (1, 1);
+        };
+        let Some(sec) = doc.get_ref().get(section) else {
+            return (1, 1);
+        };
+        if let DeValue::Table(t) = sec.get_ref()
+            && let Some((k, _)) = t.get_key_value(key)
+        {
+            return line_col(&self.source, k.span().start);
+        }
+        line_col(&self.source, sec.span().start)
+    }
+
+    /// A positioned [`Error::Config`] about `section.key`.
+    pub fn error_at(
+        &self,
+        section: &str,
+        key: &str,
+        message: String,
+        hint: Option<String>,
+    ) -> Error {
+        let (line, column) = self.position(section, key);
+        Error::Config {
+            file: self.file.clone(),
+            line,
+            column,
+            message,
+            hint,
+        }
+    }
+
+    /// Semantic checks that serde cannot express.
+    fn check(&self) -> Result<()> {
+        let c = &self.config;
+        if !(0.0..=0.5).contains(&c.data.validation) {
+            return Err(self.error_at(
+                "data",
+                "validation",
+                format!("validation share {} is outside [0, 0.5]", c.data.validation),
+                None,
+            ));
+        }
+        if c.data.evaluate_on == EvalSplit::Validation && c.data.validation <= 0.0 {
+            return Err(self.error_at(
+                "data",
+                "evaluate_on",
+                "evaluate_on = \"validation\" needs a validation share > 0".into(),
+                Some("add `validation = 0.1` to [data]".into()),
+            ));
+        }
+        if c.train.batch_size == 0 || c.train.eval_batch_size == 0 || c.train.epochs == 0 {
+            return Err(self.error_at(
+                "train",
+                if c.train.epochs == 0 {
+                    "epochs"
+                } else {
+                    "batch_size"
+                },
+                "epochs, batch_size and eval_batch_size must be at least 1".into(),
+                None,
+            ));
+        }
+        if !(c.optimizer.lr > 0.0 && c.optimizer.lr.is_finite()) {
+            return Err(self.error_at(
+                "optimizer",
+                "lr",
+                format!("learning rate {} must be positive", c.optimizer.lr),
+                None,
+            ));
+        }
+        if !(0.0..1.0).contains(&c.model.dropout) {
+            return Err(self.error_at(
+                "model",
+                "dropout",
+                format!("dropout {} is outside [0, 1)", c.model.dropout),
+                None,
+            ));
+        }
+        if c.model.kind != "mlp" {
+            return Err(self.error_at(
+                "model",
+                "type",
+                format!("unknown model type `{}`", c.model.kind),
+                Some("available: mlp".into()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The source of entry `index` of strategy list `list` (`forgetting`, `memory`,
+    /// `scheduler`), for decoding its parameters.
+    pub fn params(&self, list: &'static str, index: usize) -> ParamSource {
+        ParamSource {
+            file: self.file.clone(),
+            source: self.source.clone(),
+            list,
+            index,
+        }
+    }
+
+    /// The position of the `type` value of entry `index` of `list`.
+    pub fn type_position(&self, list: &str, index: usize) -> (usize, usize) {
+        entry_span(&self.source, list, index)
+            .map(|(_, type_span)| line_col(&self.source, type_span.unwrap_or(0)))
+            .unwrap_or((1, 1))
+    }
+}
+
+/// Finds entry `index` of `list` in the document: the entry table's span start and the `type`
+/// value's span start.
+fn entry_span(src: &str, list: &str, index: usize) -> Option<(usize, Option<usize>)> {
+    let doc = DeTable::parse(src).ok()?;
+    let v = doc.get_ref().get(list)?;
+    let entry = match v.get_ref() {
+        DeValue::Array(a) => a.get(index)?.clone(),
+        DeValue::Table(_) if index == 0 => v.clone(),
+        _ => return None,
+    };
+    let ty = match entry.get_ref() {
+        DeValue::Table(t) => t.get("type").map(|t| t.span().start),
+        _ => None,
+    };
+    Some((entry.span().start, ty))
+}
+
+/// Where a strategy's parameters come from: entry `index` of `list` in a config's text.
+/// Decoding through it keeps positions for errors.
+#[derive(Clone, Debug)]
+pub struct ParamSource {
+    file: PathBuf,
+    source: Arc<str>,
+    list: &'static str,
+    index: usize,
+}
+
+impl ParamSource {
+    /// Parameters given as a TOML table body with no file behind them (tests, plugins).
+    pub fn from_toml(text: &str) -> Self {
+        Self {
+            file: PathBuf::from("<inline>"),
+            source: Arc::from(format!("[[inline]]\n{text}\n")),
+            list: "inline",
+            index: 0,
+        }
+    }
+
+    /// Decodes this entry's keys (all but `type`) into `T`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] with the key's line and column for unknown keys and wrong types.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T> {
+        let src: &str = &self.source;
+        let doc = DeTable::parse(src).map_err(|e| toml_error(&self.file, src, &e))?;
+        let entry: Option<Spanned<DeValue<'_>>> =
+            doc.get_ref()
+                .get(self.list)
+                .and_then(|v| match v.get_ref() {
+                    DeValue::Array(a) => a.get(self.index).cloned(),
+                    DeValue::Table(_) if self.index == 0 => Some(v.clone()),
+                    _ => None,
+                });
+        let entry = entry.unwrap_or_else(|| Spanned::new(0..0, DeValue::Table(DeTable::new())));
+        let span = entry.span();
+        let table = match entry.into_inner() {
+            DeValue::Table(t) => t,
+            _ => DeTable::new(),
+        };
+        let table: DeTable<'_> = table
+            .into_iter()
+            .filter(|(k, _)| k.get_ref().as_ref() != "type")
+            .collect();
+        let value = Spanned::new(span, DeValue::Table(table));
+        T::deserialize(ValueDeserializer::from(value)).map_err(|e| toml_error(&self.file, src, &e))
+    }
+
+    /// The strategy list this entry belongs to.
+    pub fn list(&self) -> &str {
+        self.list
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<LoadedConfig> {
+        LoadedConfig::from_source(Path::new("t.toml"), text.to_string())
+    }
+
+    const MIN: &str = "[data]\ndataset = \"fashion-mnist\"\n[model]\ntype = \"mlp\"\n";
+
+    #[test]
+    fn defaults_fill_in() {
+        let c = load(MIN).unwrap().config;
+        assert_eq!(c.train.batch_size, 128);
+        assert_eq!(c.optimizer.lr, 0.05);
+        assert_eq!(c.model.hidden, vec![400, 400]);
+        assert_eq!(c.data.scenario, Scenario::ClassIncremental);
+    }
+
+    #[test]
+    fn unknown_key_has_position_and_hint() {
+        let err = load(&format!("{MIN}[train]\nepochz = 3\n")).unwrap_err();
+        match err {
+            Error::Config {
+                line, column, hint, ..
+            } => {
+                assert_eq!((line, column), (6, 1));
+                assert_eq!(hint.as_deref(), Some("did you mean `epochs`?"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn wrong_type_has_position() {
+        let err = load(&format!("[run]\nseed = \"one\"\n{MIN}")).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Config {
+                    line: 2,
+                    column: 8,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn strategy_params_keep_positions() {
+        #[derive(Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct P {
+            lambda: f64,
+        }
+        let text = format!(
+            "{MIN}[[forgetting]]\ntype = \"ewc\"\nlambda = 1.0\n[[forgetting]]\ntype = \"x\"\nlamda = 2\n"
+        );
+        let l = load(&text).unwrap();
+        assert_eq!(l.config.forgetting[1].kind, "x");
+        let p: P = l.params("forgetting", 0).parse().unwrap();
+        assert_eq!(p.lambda, 1.0);
+        let err = l.params("forgetting", 1).parse::<P>().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Config {
+                    line: 10,
+                    column: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("did you mean `lambda`"), "{err}");
+        assert_eq!(l.type_position("forgetting", 1), (9, 8));
+    }
+
+    #[test]
+    fn overrides_edit_the_text() {
+        let out = apply_overrides(
+            Path::new("t.toml"),
+            &format!("{MIN}[[forgetting]]\ntype = \"ewc\"\n"),
+            &[
+                "train.epochs=3".into(),
+                "run.device=cpu".into(),
+                "forgetting.0.lambda=5.5".into(),
+            ],
+        )
+        .unwrap();
+        let c = load(&out).unwrap();
+        assert_eq!(c.config.train.epochs, 3);
+        assert_eq!(c.config.run.device, "cpu");
+        assert_eq!(
+            c.config.forgetting[0].params.get("lambda"),
+            Some(&toml::Value::Float(5.5))
+        );
+    }
+
+    #[test]
+    fn line_col_counts_from_one() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+    }
+}

@@ -1,0 +1,267 @@
+//! Image-classification datasets in IDX format, held as contiguous arrays.
+//!
+//! Where the files are looked for, in order:
+//! 1. the `path` given in `[data]` (a directory holding the four IDX files);
+//! 2. `$ENGRAM_DATA/<name>/` (`$ENGRAM_DATA` defaults to `./data`, where `engram data fetch`
+//!    writes);
+//! 3. `/usr/share/datasets/<name>/` (Debian's `dataset-fashion-mnist` installs there).
+//!
+//! Each directory must hold `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
+//! `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte`, each raw or with `.gz`.
+
+use super::idx::read_idx;
+use crate::error::{Error, IdxError, Result};
+use std::path::{Path, PathBuf};
+
+/// A dataset engram knows by name.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DatasetSpec {
+    /// The name used in `[data] dataset` and as the directory name.
+    pub name: &'static str,
+    /// Per-pixel mean of the training set after scaling to `[0, 1]`.
+    pub mean: f32,
+    /// Per-pixel standard deviation of the training set after scaling to `[0, 1]`.
+    pub std: f32,
+    /// Number of classes.
+    pub classes: usize,
+    /// Where to download the four files (`engram data fetch`).
+    pub base_url: &'static str,
+    /// SHA-256 of each file's *decompressed* IDX content, in [`FILES`] order, where pinned.
+    /// Pinned on the decompressed bytes so that upstream's files and re-compressed copies
+    /// (Debian's package) verify alike.
+    pub sha256: Option<[&'static str; 4]>,
+}
+
+/// The four IDX files of a dataset, without the `.gz` suffix.
+pub const FILES: [&str; 4] = [
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+];
+
+/// Datasets engram can load: Fashion-MNIST (Xiao et al. 2017) and MNIST (LeCun et al. 1998).
+pub const DATASETS: &[DatasetSpec] = &[
+    DatasetSpec {
+        name: "fashion-mnist",
+        mean: 0.2860,
+        std: 0.3530,
+        classes: 10,
+        base_url: "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        // Measured on Debian's dataset-fashion-mnist 0.0~git20200523 (from the upstream repo).
+        sha256: Some([
+            "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+            "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+            "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+            "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+        ]),
+    },
+    DatasetSpec {
+        name: "mnist",
+        mean: 0.1307,
+        std: 0.3081,
+        classes: 10,
+        base_url: "https://ossci-datasets.s3.amazonaws.com/mnist/",
+        // Not pinned: no verified copy was available when this was written.
+        sha256: None,
+    },
+];
+
+/// Looks a dataset up by name.
+///
+/// # Errors
+/// [`Error::Data`] naming the known datasets.
+pub fn spec(name: &str) -> Result<&'static DatasetSpec> {
+    DATASETS.iter().find(|d| d.name == name).ok_or_else(|| {
+        Error::Data(format!(
+            "unknown dataset `{name}`; known: {}",
+            DATASETS
+                .iter()
+                .map(|d| d.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
+}
+
+/// One split (train or test) as contiguous arrays.
+#[derive(Clone, Debug)]
+pub struct Split {
+    /// Normalised pixels `(x/255 − mean)/std`, row-major `[n, features]`.
+    pub images: Vec<f32>,
+    /// Class labels `[n]`.
+    pub labels: Vec<u8>,
+    /// Features per sample (784 for 28×28).
+    pub features: usize,
+}
+
+impl Split {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether the split is empty.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Sample `i`'s pixels, `[features]`.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.images[i * self.features..(i + 1) * self.features]
+    }
+}
+
+/// A loaded dataset.
+#[derive(Clone, Debug)]
+pub struct Dataset {
+    /// Its spec.
+    pub spec: &'static DatasetSpec,
+    /// The directory the files came from.
+    pub dir: PathBuf,
+    /// Training split (60,000 samples for the MNIST family).
+    pub train: Split,
+    /// Test split (10,000 samples).
+    pub test: Split,
+    /// Image height and width in pixels.
+    pub image_hw: (usize, usize),
+}
+
+fn file_in(dir: &Path, stem: &str) -> Option<PathBuf> {
+    [format!("{stem}.gz"), stem.to_string()]
+        .into_iter()
+        .map(|f| dir.join(f))
+        .find(|p| p.is_file())
+}
+
+fn has_all(dir: &Path) -> bool {
+    FILES.iter().all(|f| file_in(dir, f).is_some())
+}
+
+/// `$ENGRAM_DATA`, or `./data` when it is unset.
+pub fn data_root() -> PathBuf {
+    std::env::var_os("ENGRAM_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("data"))
+}
+
+/// The directories searched for dataset `name`, in order.
+pub fn search_dirs(name: &str, configured: Option<&Path>) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(p) = configured {
+        dirs.push(p.to_path_buf());
+    }
+    dirs.push(data_root().join(name));
+    dirs.push(PathBuf::from("/usr/share/datasets").join(name));
+    dirs
+}
+
+/// Finds the directory holding dataset `name`.
+///
+/// # Errors
+/// [`Error::DatasetMissing`] listing the directories tried and how to get the files.
+pub fn resolve(name: &str, configured: Option<&Path>) -> Result<PathBuf> {
+    let spec = spec(name)?;
+    let dirs = search_dirs(name, configured);
+    if let Some(d) = dirs.iter().find(|d| has_all(d)) {
+        return Ok(d.clone());
+    }
+    let debian = if name == "fashion-mnist" {
+        "`sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or "
+    } else {
+        ""
+    };
+    Err(Error::DatasetMissing {
+        name: name.to_string(),
+        searched: dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        hint: format!(
+            "{debian}`engram data fetch {name}` (downloads {} into $ENGRAM_DATA/{name}, ./data/{name} by default), \
+             or put the four files {} (raw or .gz) in a directory and set `[data] path` or $ENGRAM_DATA",
+            spec.base_url,
+            FILES.join(", ")
+        ),
+    })
+}
+
+fn load_split(dir: &Path, images: &str, labels: &str, spec: &DatasetSpec) -> Result<Split> {
+    let ipath = file_in(dir, images).expect("resolved directory has the file");
+    let lpath = file_in(dir, labels).expect("resolved directory has the file");
+    let img = read_idx(&ipath)?;
+    let lab = read_idx(&lpath)?;
+    let bad = |path: &Path, dims: &[usize], reason: String| Error::Idx {
+        path: path.to_path_buf(),
+        source: IdxError::BadDims {
+            dims: dims.iter().map(|&d| d as u32).collect(),
+            reason,
+        },
+    };
+    if img.dims.len() != 3 {
+        return Err(bad(
+            &ipath,
+            &img.dims,
+            "images must be [n, height, width]".into(),
+        ));
+    }
+    if lab.dims.len() != 1 {
+        return Err(bad(&lpath, &lab.dims, "labels must be [n]".into()));
+    }
+    if lab.dims[0] != img.dims[0] {
+        return Err(bad(
+            &lpath,
+            &lab.dims,
+            format!("{} labels for {} images", lab.dims[0], img.dims[0]),
+        ));
+    }
+    if let Some(&l) = lab.data.iter().find(|&&l| l as usize >= spec.classes) {
+        return Err(bad(
+            &lpath,
+            &lab.dims,
+            format!("label {l} outside 0..{}", spec.classes),
+        ));
+    }
+    let features = img.dims[1] * img.dims[2];
+    let (m, s) = (spec.mean, spec.std);
+    let images = img
+        .data
+        .iter()
+        .map(|&p| (f32::from(p) / 255.0 - m) / s)
+        .collect();
+    Ok(Split {
+        images,
+        labels: lab.data,
+        features,
+    })
+}
+
+/// Loads dataset `name` from the first directory that has it.
+///
+/// # Errors
+/// [`Error::DatasetMissing`], [`Error::Io`], or [`Error::Idx`] for a corrupt or inconsistent
+/// file.
+pub fn load(name: &str, configured: Option<&Path>) -> Result<Dataset> {
+    let spec = spec(name)?;
+    let dir = resolve(name, configured)?;
+    let train = load_split(&dir, FILES[0], FILES[1], spec)?;
+    let test = load_split(&dir, FILES[2], FILES[3], spec)?;
+    if train.features != test.features {
+        return Err(Error::Data(format!(
+            "{}: train images have {} pixels, test images {}",
+            dir.display(),
+            train.features,
+            test.features
+        )));
+    }
+    let side = (train.features as f64).sqrt() as usize;
+    let image_hw = (side, train.features / side.max(1));
+    Ok(Dataset {
+        spec,
+        dir,
+        train,
+        test,
+        image_hw,
+    })
+}

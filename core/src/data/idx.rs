@@ -1,0 +1,195 @@
+//! The IDX file format of MNIST, Fashion-MNIST, KMNIST and EMNIST (LeCun et al. 1998,
+//! <http://yann.lecun.com/exdb/mnist/>).
+//!
+//! Layout: a big-endian magic `0x00 0x00 type rank`, then `rank` big-endian `u32` dimensions,
+//! then the data in row-major order. engram reads the unsigned-byte type (`0x08`) only, which
+//! is what every dataset of the family uses. Files may be gzip-compressed (detected by the gzip
+//! magic `1f 8b`, not by the file name).
+
+use crate::error::{Error, IdxError};
+use flate2::read::GzDecoder;
+use std::io::Read;
+use std::path::Path;
+
+/// A decoded IDX array of unsigned bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdxArray {
+    /// Dimensions from the header, for example `[60000, 28, 28]`.
+    pub dims: Vec<usize>,
+    /// Row-major data, `dims.iter().product()` bytes.
+    pub data: Vec<u8>,
+}
+
+/// Largest rank accepted (images are rank 3, labels rank 1).
+const MAX_RANK: usize = 4;
+
+/// Decodes IDX bytes (raw or gzip).
+///
+/// # Errors
+/// [`IdxError::Gzip`] for a corrupt gzip stream, [`IdxError::Truncated`] when the header or the
+/// data are short, [`IdxError::BadMagic`] for another type code, [`IdxError::BadDims`] for a rank
+/// of 0 or above 4 or a zero dimension, [`IdxError::TrailingData`] for extra bytes.
+pub fn parse_idx(bytes: &[u8]) -> Result<IdxArray, IdxError> {
+    let owned;
+    let raw: &[u8] = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        GzDecoder::new(bytes)
+            .read_to_end(&mut out)
+            .map_err(|e| IdxError::Gzip(e.to_string()))?;
+        owned = out;
+        &owned
+    } else {
+        bytes
+    };
+    if raw.len() < 4 {
+        return Err(IdxError::Truncated {
+            expected: 4,
+            actual: raw.len() as u64,
+        });
+    }
+    let magic = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    if raw[0] != 0 || raw[1] != 0 || raw[2] != 0x08 {
+        return Err(IdxError::BadMagic { magic });
+    }
+    let rank = raw[3] as usize;
+    let header = 4 + 4 * rank;
+    if raw.len() < header {
+        return Err(IdxError::Truncated {
+            expected: header as u64,
+            actual: raw.len() as u64,
+        });
+    }
+    let dims32: Vec<u32> = (0..rank)
+        .map(|i| {
+            let o = 4 + 4 * i;
+            u32::from_be_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]])
+        })
+        .collect();
+    if rank == 0 || rank > MAX_RANK {
+        return Err(IdxError::BadDims {
+            dims: dims32,
+            reason: format!("rank {rank} (engram reads ranks 1 to {MAX_RANK})"),
+        });
+    }
+    if dims32.contains(&0) {
+        return Err(IdxError::BadDims {
+            dims: dims32,
+            reason: "a dimension is zero".into(),
+        });
+    }
+    let total = dims32
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
+        .filter(|&t| t <= (1u64 << 36))
+        .ok_or_else(|| IdxError::BadDims {
+            dims: dims32.clone(),
+            reason: "the declared size is implausibly large".into(),
+        })?;
+    let need = header as u64 + total;
+    let have = raw.len() as u64;
+    if have < need {
+        return Err(IdxError::Truncated {
+            expected: need,
+            actual: have,
+        });
+    }
+    if have > need {
+        return Err(IdxError::TrailingData { extra: have - need });
+    }
+    Ok(IdxArray {
+        dims: dims32.iter().map(|&d| d as usize).collect(),
+        data: raw[header..].to_vec(),
+    })
+}
+
+/// Reads and decodes an IDX file.
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read, [`Error::Idx`] when its content is invalid.
+pub fn read_idx(path: &Path) -> Result<IdxArray, Error> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    parse_idx(&bytes).map_err(|source| Error::Idx {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Encodes an unsigned-byte IDX array (the inverse of [`parse_idx`], used by tests and
+/// `engram data` tooling to write fixtures).
+pub fn encode_idx(dims: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0, 0, 0x08, dims.len() as u8];
+    for d in dims {
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+    out.extend_from_slice(data);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::{Compression, write::GzEncoder};
+    use std::io::Write;
+
+    #[test]
+    fn round_trip_raw_and_gzip() {
+        let data: Vec<u8> = (0..2 * 3 * 2).map(|i| i as u8).collect();
+        let bytes = encode_idx(&[2, 3, 2], &data);
+        let a = parse_idx(&bytes).unwrap();
+        assert_eq!(a.dims, vec![2, 3, 2]);
+        assert_eq!(a.data, data);
+        let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+        gz.write_all(&bytes).unwrap();
+        let b = parse_idx(&gz.finish().unwrap()).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn corrupt_files_are_typed_errors() {
+        // Bad magic: an int32 IDX (type 0x0c).
+        let mut bytes = encode_idx(&[2], &[1, 2]);
+        bytes[2] = 0x0c;
+        assert_eq!(
+            parse_idx(&bytes),
+            Err(IdxError::BadMagic { magic: 0x0000_0c01 })
+        );
+        // Truncated data.
+        let bytes = encode_idx(&[4], &[1, 2]);
+        assert_eq!(
+            parse_idx(&bytes),
+            Err(IdxError::Truncated {
+                expected: 12,
+                actual: 10
+            })
+        );
+        // Truncated header.
+        assert!(matches!(
+            parse_idx(&[0, 0, 8, 3, 0, 0]),
+            Err(IdxError::Truncated { expected: 16, .. })
+        ));
+        // Zero dimension and rank 0.
+        assert!(matches!(
+            parse_idx(&encode_idx(&[0, 5], &[])),
+            Err(IdxError::BadDims { .. })
+        ));
+        assert!(matches!(
+            parse_idx(&encode_idx(&[], &[])),
+            Err(IdxError::BadDims { .. })
+        ));
+        // Trailing bytes.
+        assert_eq!(
+            parse_idx(&encode_idx(&[1], &[1, 2])),
+            Err(IdxError::TrailingData { extra: 1 })
+        );
+        // Corrupt gzip.
+        assert!(matches!(
+            parse_idx(&[0x1f, 0x8b, 8, 0, 1, 2, 3]),
+            Err(IdxError::Gzip(_))
+        ));
+        // Empty file.
+        assert!(matches!(
+            parse_idx(&[]),
+            Err(IdxError::Truncated { expected: 4, .. })
+        ));
+    }
+}

@@ -1,0 +1,372 @@
+//! Scenarios: a dataset dealt into a stream of tasks.
+//!
+//! A task owns no pixels: it is a list of sample indices into the dataset's contiguous arrays
+//! plus, for permuted tasks, one pixel permutation drawn once per task from the seed. Batches
+//! are gathered from those arrays on demand ([`Stream::batch`]), so a replay memory can store
+//! [`SampleRef`]s rather than copies.
+
+use super::dataset::{Dataset, Split};
+use crate::config::{DataConfig, EvalSplit, Scenario};
+use crate::error::{Error, Result};
+use crate::rng;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Which split of the dataset a sample lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Part {
+    /// The training split (also the held-out validation samples).
+    Train,
+    /// The test split.
+    Test,
+}
+
+/// One sample of the stream: a row of the dataset as seen by a task (with its permutation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SampleRef {
+    /// The task (position in the stream) whose view of the row this is.
+    pub task: u16,
+    /// Row index in the split.
+    pub index: u32,
+}
+
+/// One task of the stream.
+#[derive(Clone, Debug)]
+pub struct Task {
+    /// Position in the stream, `0..T`.
+    pub index: usize,
+    /// The classes the task contains (all classes for permuted tasks).
+    pub classes: Vec<usize>,
+    /// Training rows (after the validation hold-out and subsampling).
+    pub train: Vec<u32>,
+    /// Held-out validation rows (from the training split).
+    pub validation: Vec<u32>,
+    /// Test rows.
+    pub test: Vec<u32>,
+    /// Pixel permutation `[features]` for domain-incremental tasks.
+    pub permutation: Option<Arc<Vec<u32>>>,
+}
+
+/// A gathered batch, ready for a step.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    /// Inputs `[batch, features]`.
+    pub x: Tensor<2>,
+    /// Class labels `[batch]`.
+    pub y: Tensor<1, Int>,
+    /// Per-sample loss weights `[batch]`; `None` means all 1.
+    pub weights: Option<Tensor<1>>,
+    /// Additive logit mask `[batch, classes]` (0 or −1e9), for task-incremental training.
+    pub logit_mask: Option<Tensor<2>>,
+    /// The samples, in row order.
+    pub refs: Vec<SampleRef>,
+    /// How many of the rows are new data (the rest were added by strategies, e.g. replay).
+    pub new_samples: usize,
+}
+
+impl Batch {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.refs.len()
+    }
+
+    /// Whether the batch has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.refs.is_empty()
+    }
+
+    /// Appends `other`'s rows (with their weights and masks) after this batch's rows.
+    pub fn concat(self, other: Batch) -> Batch {
+        let (n1, n2) = (self.len(), other.len());
+        let device = self.x.device();
+        let weights = match (self.weights, other.weights) {
+            (None, None) => None,
+            (a, b) => Some(Tensor::cat(
+                vec![
+                    a.unwrap_or_else(|| Tensor::ones([n1], &device)),
+                    b.unwrap_or_else(|| Tensor::ones([n2], &device)),
+                ],
+                0,
+            )),
+        };
+        let logit_mask = match (self.logit_mask, other.logit_mask) {
+            (None, None) => None,
+            (a, b) => {
+                let c = a.as_ref().or(b.as_ref()).map(|m| m.dims()[1]).unwrap_or(0);
+                Some(Tensor::cat(
+                    vec![
+                        a.unwrap_or_else(|| Tensor::zeros([n1, c], &device)),
+                        b.unwrap_or_else(|| Tensor::zeros([n2, c], &device)),
+                    ],
+                    0,
+                ))
+            }
+        };
+        let mut refs = self.refs;
+        refs.extend(other.refs);
+        Batch {
+            x: Tensor::cat(vec![self.x, other.x], 0),
+            y: Tensor::cat(vec![self.y, other.y], 0),
+            weights,
+            logit_mask,
+            refs,
+            new_samples: self.new_samples,
+        }
+    }
+}
+
+/// A dataset dealt into tasks by a scenario.
+#[derive(Clone, Debug)]
+pub struct Stream {
+    /// The dataset (shared, never copied).
+    pub dataset: Arc<Dataset>,
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The tasks in order.
+    pub tasks: Vec<Task>,
+    /// Logit width (all classes of the dataset).
+    pub num_classes: usize,
+    /// Which split evaluation reads.
+    pub eval_split: EvalSplit,
+    /// Class-incremental: mask logits of classes not yet seen.
+    pub mask_unseen: bool,
+}
+
+fn subsample(mut rows: Vec<u32>, cap: Option<usize>, rng: &mut rng::Rng) -> Vec<u32> {
+    if let Some(cap) = cap
+        && rows.len() > cap
+    {
+        let order = rng::permutation(rows.len(), rng);
+        let mut keep: Vec<u32> = order[..cap].iter().map(|&i| rows[i]).collect();
+        keep.sort_unstable();
+        rows = keep;
+    }
+    rows
+}
+
+impl Stream {
+    /// Deals `dataset` into tasks as `cfg` says, with every random choice drawn from `seed`.
+    ///
+    /// # Errors
+    /// [`Error::Data`] for impossible settings (more classes per task than classes, a class
+    /// order that is not a permutation, zero tasks).
+    pub fn build(dataset: Arc<Dataset>, cfg: &DataConfig, seed: u64) -> Result<Self> {
+        let classes = dataset.spec.classes;
+        let order = cfg
+            .class_order
+            .clone()
+            .unwrap_or_else(|| (0..classes).collect());
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != order.len() || order.iter().any(|&c| c >= classes) {
+            return Err(Error::Data(format!(
+                "class_order {order:?} must list distinct classes of 0..{classes}"
+            )));
+        }
+        let features = dataset.train.features;
+        type Perm = Option<Arc<Vec<u32>>>;
+        let (per_task_classes, perms): (Vec<Vec<usize>>, Vec<Perm>) = match cfg.scenario {
+            Scenario::ClassIncremental | Scenario::TaskIncremental => {
+                let cpt = match (cfg.classes_per_task, cfg.tasks) {
+                    (Some(c), _) => c,
+                    (None, Some(t)) if t > 0 => order.len() / t,
+                    _ => 2,
+                };
+                if cpt == 0 || cpt > order.len() {
+                    return Err(Error::Data(format!(
+                        "classes_per_task = {cpt} with {} classes",
+                        order.len()
+                    )));
+                }
+                let tasks = cfg.tasks.unwrap_or(order.len() / cpt);
+                if tasks == 0 || tasks * cpt > order.len() {
+                    return Err(Error::Data(format!(
+                        "{tasks} tasks × {cpt} classes per task needs {} classes; the \
+                             dataset and class_order give {}",
+                        tasks * cpt,
+                        order.len()
+                    )));
+                }
+                (
+                    (0..tasks)
+                        .map(|t| order[t * cpt..(t + 1) * cpt].to_vec())
+                        .collect(),
+                    vec![None; tasks],
+                )
+            }
+            Scenario::DomainIncremental => {
+                let tasks = cfg.tasks.unwrap_or(10);
+                if tasks == 0 || tasks > u16::MAX as usize {
+                    return Err(Error::Data(format!("tasks = {tasks}")));
+                }
+                let perms = (0..tasks)
+                    .map(|t| {
+                        let mut r = rng::stream(seed, "permutation", t as u64, 0);
+                        Some(Arc::new(
+                            rng::permutation(features, &mut r)
+                                .into_iter()
+                                .map(|p| p as u32)
+                                .collect(),
+                        ))
+                    })
+                    .collect();
+                (vec![order.clone(); tasks], perms)
+            }
+        };
+        let rows_of = |split: &Split, cls: &[usize]| -> Vec<u32> {
+            let mut member = [false; 256];
+            for &c in cls {
+                member[c] = true;
+            }
+            (0..split.len() as u32)
+                .filter(|&i| member[split.labels[i as usize] as usize])
+                .collect()
+        };
+        let mut tasks = Vec::new();
+        for (t, (cls, perm)) in per_task_classes.into_iter().zip(perms).enumerate() {
+            let mut r = rng::stream(seed, "split", t as u64, 0);
+            let all = rows_of(&dataset.train, &cls);
+            let order = rng::permutation(all.len(), &mut r);
+            let n_val = (all.len() as f64 * cfg.validation).round() as usize;
+            let mut validation: Vec<u32> = order[..n_val].iter().map(|&i| all[i]).collect();
+            let mut train: Vec<u32> = order[n_val..].iter().map(|&i| all[i]).collect();
+            validation.sort_unstable();
+            train.sort_unstable();
+            let train = subsample(train, cfg.subsample, &mut r);
+            let validation = subsample(validation, cfg.test_subsample, &mut r);
+            let test = subsample(rows_of(&dataset.test, &cls), cfg.test_subsample, &mut r);
+            if train.is_empty() {
+                return Err(Error::Data(format!("task {t} has no training samples")));
+            }
+            tasks.push(Task {
+                index: t,
+                classes: cls,
+                train,
+                validation,
+                test,
+                permutation: perm,
+            });
+        }
+        Ok(Self {
+            num_classes: classes,
+            dataset,
+            scenario: cfg.scenario,
+            tasks,
+            eval_split: cfg.evaluate_on,
+            mask_unseen: cfg.mask_logits,
+        })
+    }
+
+    /// Number of tasks.
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Whether the stream has no tasks.
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// The rows evaluation reads for task `t` (test or validation).
+    pub fn eval_rows(&self, t: usize) -> (&[u32], Part) {
+        match self.eval_split {
+            EvalSplit::Test => (&self.tasks[t].test, Part::Test),
+            EvalSplit::Validation => (&self.tasks[t].validation, Part::Train),
+        }
+    }
+
+    /// The classes whose logits are allowed for a sample of task `t`, after training up to
+    /// task `seen` (`None`: no mask).
+    pub fn allowed_classes(&self, t: usize, seen: usize) -> Option<Vec<usize>> {
+        match self.scenario {
+            Scenario::TaskIncremental => Some(self.tasks[t].classes.clone()),
+            Scenario::ClassIncremental if self.mask_unseen => Some(
+                self.tasks[..=seen.max(t)]
+                    .iter()
+                    .flat_map(|k| k.classes.iter().copied())
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Gathers `refs` from split `part` into a batch on `device`.
+    ///
+    /// Masks: task-incremental rows get the mask of their own task; class-incremental rows with
+    /// `mask_logits` the classes seen up to `seen`.
+    pub fn batch(&self, refs: &[SampleRef], part: Part, seen: usize, device: &Device) -> Batch {
+        let split = match part {
+            Part::Train => &self.dataset.train,
+            Part::Test => &self.dataset.test,
+        };
+        let f = split.features;
+        let mut x = Vec::with_capacity(refs.len() * f);
+        let mut y = Vec::with_capacity(refs.len());
+        for r in refs {
+            let row = split.row(r.index as usize);
+            match &self.tasks[r.task as usize].permutation {
+                Some(p) => x.extend(p.iter().map(|&j| row[j as usize])),
+                None => x.extend_from_slice(row),
+            }
+            y.push(i64::from(split.labels[r.index as usize]));
+        }
+        let n = refs.len();
+        let logit_mask = if self.allowed_classes(0, seen).is_some() {
+            let c = self.num_classes;
+            let mut m = vec![-1e9f32; n * c];
+            for (i, r) in refs.iter().enumerate() {
+                for k in self
+                    .allowed_classes(r.task as usize, seen)
+                    .unwrap_or_default()
+                {
+                    m[i * c + k] = 0.0;
+                }
+            }
+            Some(Tensor::from_data(TensorData::new(m, [n, c]), device))
+        } else {
+            None
+        };
+        Batch {
+            x: Tensor::from_data(TensorData::new(x, [n, f]), device),
+            y: Tensor::from_data(TensorData::new(y, [n]), device),
+            weights: None,
+            logit_mask,
+            refs: refs.to_vec(),
+            new_samples: n,
+        }
+    }
+
+    /// The training samples of task `t`, shuffled for `epoch` from the seed.
+    pub fn epoch_order(&self, t: usize, epoch: usize, seed: u64) -> Vec<SampleRef> {
+        let rows = &self.tasks[t].train;
+        let mut r = rng::stream(seed, "order", t as u64, epoch as u64);
+        rng::permutation(rows.len(), &mut r)
+            .into_iter()
+            .map(|i| SampleRef {
+                task: t as u16,
+                index: rows[i],
+            })
+            .collect()
+    }
+
+    /// The training samples of all tasks at once (joint training), shuffled for `epoch`.
+    pub fn joint_order(&self, epoch: usize, seed: u64) -> Vec<SampleRef> {
+        let all: Vec<SampleRef> = self
+            .tasks
+            .iter()
+            .flat_map(|t| {
+                t.train.iter().map(move |&i| SampleRef {
+                    task: t.index as u16,
+                    index: i,
+                })
+            })
+            .collect();
+        let mut r = rng::stream(seed, "order-joint", 0, epoch as u64);
+        rng::permutation(all.len(), &mut r)
+            .into_iter()
+            .map(|i| all[i])
+            .collect()
+    }
+}

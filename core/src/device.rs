@@ -1,0 +1,90 @@
+//! Choosing the compute device at run time.
+//!
+//! `cpu` is Burn's pure-Rust flex backend (`Device::flex()`), always built. `vulkan` and `cuda`
+//! exist only in binaries built with the cargo features of the same names. A GPU device is
+//! probed with `Device::enumerate` before first use, because Burn panics ("no adapter found")
+//! when it is absent; engram turns that into [`Error::Device`].
+
+use crate::error::{Error, Result};
+use burn::tensor::Device;
+
+/// Device names `--device` accepts.
+pub const DEVICE_NAMES: [&str; 3] = ["cpu", "vulkan", "cuda"];
+
+/// The device named `name` (`cpu`, `vulkan`, `cuda`), without autodiff.
+///
+/// # Errors
+/// [`Error::Device`] for an unknown name, a backend not compiled into this binary, or no such
+/// device on this machine.
+pub fn select(name: &str) -> Result<Device> {
+    let err = |message: String| Error::Device {
+        device: name.to_string(),
+        message,
+    };
+    match name {
+        "cpu" | "flex" => Ok(Device::flex()),
+        "vulkan" => vulkan().map_err(err),
+        "cuda" => cuda().map_err(err),
+        other => Err(err(format!(
+            "unknown device `{other}`; choose one of {}",
+            DEVICE_NAMES.join(", ")
+        ))),
+    }
+}
+
+/// Runs a probe that may panic inside Burn, turning the panic into a message.
+#[allow(dead_code)]
+fn probe(f: impl FnOnce() -> Option<Device> + std::panic::UnwindSafe) -> Result<Device, String> {
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(f);
+    std::panic::set_hook(prev);
+    match r {
+        Ok(Some(d)) => Ok(d),
+        Ok(None) => Err("no such device on this machine (Device::enumerate found none)".into()),
+        Err(_) => Err("the backend failed to start (no adapter or driver found)".into()),
+    }
+}
+
+#[cfg(feature = "vulkan")]
+fn vulkan() -> Result<Device, String> {
+    probe(|| {
+        burn::tensor::Device::enumerate(burn::tensor::DeviceType::Vulkan)
+            .into_vec()
+            .into_iter()
+            .next()
+    })
+}
+
+#[cfg(not(feature = "vulkan"))]
+fn vulkan() -> Result<Device, String> {
+    Err("this binary was built without Vulkan; rebuild with `cargo build --release --features vulkan`".into())
+}
+
+#[cfg(feature = "cuda")]
+fn cuda() -> Result<Device, String> {
+    probe(|| {
+        burn::tensor::Device::enumerate(burn::tensor::DeviceType::Cuda)
+            .into_vec()
+            .into_iter()
+            .next()
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda() -> Result<Device, String> {
+    Err("this binary was built without CUDA; rebuild with `cargo build --release --features cuda` (Burn's CUDA build downloads a prebuilt LLVM the first time, so it needs network)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_and_missing_devices_are_typed_errors() {
+        assert!(select("cpu").is_ok());
+        assert!(matches!(select("tpu"), Err(Error::Device { .. })));
+        #[cfg(not(feature = "cuda"))]
+        assert!(matches!(select("cuda"), Err(Error::Device { .. })));
+    }
+}

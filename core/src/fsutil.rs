@@ -1,0 +1,43 @@
+//! Atomic file writes: write a temporary file in the destination's directory, flush it to
+//! disk, then rename it over the destination. A reader sees the old file or the new one,
+//! never a partial one, even if the process is killed mid-write.
+
+use crate::error::{Error, Result};
+use std::io::Write;
+use std::path::Path;
+
+/// Writes `bytes` to `path` atomically (temp file + fsync + rename).
+///
+/// # Errors
+/// [`Error::Io`] naming `path` when the directory is missing or not writable.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".engram-tmp-")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(dir, e))?;
+    tmp.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    tmp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_whole_file_and_leaves_no_temp() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r.json");
+        write_atomic(&p, b"old contents").unwrap();
+        write_atomic(&p, b"new").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        assert!(write_atomic(&d.path().join("missing/x"), b"x").is_err());
+    }
+}

@@ -1,0 +1,486 @@
+//! engram's model abstraction: a sequence of boxed blocks that is itself a Burn module.
+//!
+//! Why not a plain Burn `Module`? Burn's `Module` trait has generic methods, so it is not
+//! object-safe: a strategy or a plugin cannot hold "some model" and a mixture-of-experts
+//! strategy cannot add an expert of a type the host never saw. engram's [`Model`] is a list of
+//! [`DynBlock`]s, each wrapping any Burn module that implements [`Block`]. Through the rank
+//! bridges in [`bridge`], the whole [`Model`] still implements Burn's [`Module`], so the
+//! optimiser (`burn-optim`), burnpack records, `valid()` and `ParamGroup` see every parameter.
+//!
+//! What strategies get from it:
+//! - **inspection**: [`Model::params`] lists every float parameter with its dotted path
+//!   (`blocks.1.linear.weight`), [`ParamId`] and shape;
+//! - **block-by-block execution**: [`Model::forward_range`] runs blocks `a..b` (segment
+//!   checkpointing runs the model in segments);
+//! - **task-aware forward**: [`Model::forward`] takes a [`ForwardCtx`] with the task id;
+//! - **extension**: [`Model::push_block`], [`Model::replace_block`] add a head or an expert and
+//!   route the forward through it.
+
+pub mod bridge;
+pub mod mlp;
+
+use crate::model::bridge::{DynMapper, DynVisitor, FromDynMapper, FromDynVisitor};
+use bridge::{ToDynMapper, ToDynVisitor};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::{Device, Tensor};
+use std::any::Any;
+use std::fmt::Debug;
+
+/// The value that flows between blocks. Each variant names its shape.
+#[derive(Clone, Debug)]
+pub enum Activation {
+    /// Flat features, `[batch, features]` (MLP layers, logits).
+    Flat(Tensor<2>),
+    /// A token sequence, `[batch, tokens, d_model]` (transformer blocks).
+    Seq(Tensor<3>),
+    /// Images, `[batch, channels, height, width]` (convolutions).
+    Image(Tensor<4>),
+}
+
+impl Activation {
+    /// The `[batch, features]` tensor; other variants are flattened per sample.
+    pub fn into_flat(self) -> Tensor<2> {
+        match self {
+            Activation::Flat(t) => t,
+            Activation::Seq(t) => t.flatten(1, 2),
+            Activation::Image(t) => t.flatten(1, 3),
+        }
+    }
+
+    /// The batch size (first dimension) in samples.
+    pub fn batch_size(&self) -> usize {
+        match self {
+            Activation::Flat(t) => t.dims()[0],
+            Activation::Seq(t) => t.dims()[0],
+            Activation::Image(t) => t.dims()[0],
+        }
+    }
+
+    /// The same activation detached from the autodiff graph (a new leaf).
+    pub fn detach(self) -> Self {
+        match self {
+            Activation::Flat(t) => Activation::Flat(t.detach()),
+            Activation::Seq(t) => Activation::Seq(t.detach()),
+            Activation::Image(t) => Activation::Image(t.detach()),
+        }
+    }
+
+    /// The same activation marked as requiring a gradient (for segment recomputation).
+    pub fn require_grad(self) -> Self {
+        match self {
+            Activation::Flat(t) => Activation::Flat(t.require_grad()),
+            Activation::Seq(t) => Activation::Seq(t.require_grad()),
+            Activation::Image(t) => Activation::Image(t.require_grad()),
+        }
+    }
+}
+
+/// What a block may know about the current forward pass.
+#[derive(Clone, Debug, Default)]
+pub struct ForwardCtx {
+    /// The task the batch belongs to, where the scenario provides it (task-incremental
+    /// training and evaluation); `None` in class- and domain-incremental evaluation.
+    pub task: Option<usize>,
+}
+
+/// A Burn module that can be one stage of an engram [`Model`].
+///
+/// Implement it for your own `#[derive(Module)]` type and wrap it with [`DynBlock::new`]. The
+/// block must pick train/inference behaviour from its input as Burn's layers do (dropout and
+/// batch norm are active when the input's device has autodiff).
+pub trait Block: Module + 'static {
+    /// Runs the block. `x` and the result may be any [`Activation`] variant; consecutive
+    /// blocks must agree.
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation;
+
+    /// A short kind name for reports and the segment planner (`"dense"`, `"head"`, …).
+    fn kind(&self) -> &'static str;
+}
+
+/// The object-safe face of a [`Block`]. Implemented for every `Block`; not for direct use.
+pub trait ErasedBlock: Send + Debug {
+    /// See [`Block::forward`].
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation;
+    /// See [`Block::kind`].
+    fn kind(&self) -> &'static str;
+    /// Visits the parameters through an object-safe visitor.
+    fn visit_dyn(&self, visitor: &mut dyn DynVisitor);
+    /// Maps the parameters through an object-safe mapper.
+    fn map_dyn(self: Box<Self>, mapper: &mut dyn DynMapper) -> Box<dyn ErasedBlock>;
+    /// See [`Module::to_device`].
+    fn to_device_dyn(self: Box<Self>, device: &Device) -> Box<dyn ErasedBlock>;
+    /// See [`Module::fork`].
+    fn fork_dyn(self: Box<Self>, device: &Device) -> Box<dyn ErasedBlock>;
+    /// See [`Module::collect_devices`].
+    fn collect_devices_dyn(&self, devices: Vec<Device>) -> Vec<Device>;
+    /// See [`Module::valid`].
+    fn valid_dyn(&self) -> Box<dyn ErasedBlock>;
+    /// See [`Module::train`].
+    fn train_dyn(self: Box<Self>) -> Box<dyn ErasedBlock>;
+    /// See [`Module::materialize`].
+    fn materialize_dyn(self: Box<Self>) -> Box<dyn ErasedBlock>;
+    /// A boxed clone.
+    fn clone_dyn(&self) -> Box<dyn ErasedBlock>;
+    /// The concrete block, for downcasting by strategies that know it.
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<B: Block> ErasedBlock for B {
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
+        Block::forward(self, x, ctx)
+    }
+    fn kind(&self) -> &'static str {
+        Block::kind(self)
+    }
+    fn visit_dyn(&self, visitor: &mut dyn DynVisitor) {
+        self.visit(&mut ToDynVisitor { inner: visitor });
+    }
+    fn map_dyn(self: Box<Self>, mapper: &mut dyn DynMapper) -> Box<dyn ErasedBlock> {
+        Box::new((*self).map(&mut ToDynMapper { inner: mapper }))
+    }
+    fn to_device_dyn(self: Box<Self>, device: &Device) -> Box<dyn ErasedBlock> {
+        Box::new((*self).to_device(device))
+    }
+    fn fork_dyn(self: Box<Self>, device: &Device) -> Box<dyn ErasedBlock> {
+        Box::new((*self).fork(device))
+    }
+    fn collect_devices_dyn(&self, devices: Vec<Device>) -> Vec<Device> {
+        self.collect_devices(devices)
+    }
+    fn valid_dyn(&self) -> Box<dyn ErasedBlock> {
+        Box::new(self.valid())
+    }
+    fn train_dyn(self: Box<Self>) -> Box<dyn ErasedBlock> {
+        Box::new((*self).train())
+    }
+    fn materialize_dyn(self: Box<Self>) -> Box<dyn ErasedBlock> {
+        Box::new((*self).materialize())
+    }
+    fn clone_dyn(&self) -> Box<dyn ErasedBlock> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A boxed [`Block`] that is a Burn [`Module`].
+#[derive(Debug)]
+pub struct DynBlock(Box<dyn ErasedBlock>);
+
+impl DynBlock {
+    /// Wraps a block.
+    pub fn new<B: Block>(block: B) -> Self {
+        Self(Box::new(block))
+    }
+
+    /// The wrapped block as a trait object.
+    pub fn inner(&self) -> &dyn ErasedBlock {
+        self.0.as_ref()
+    }
+
+    /// The concrete block, when it is a `B`.
+    pub fn downcast_ref<B: Block>(&self) -> Option<&B> {
+        self.0.as_any().downcast_ref::<B>()
+    }
+}
+
+impl Clone for DynBlock {
+    fn clone(&self) -> Self {
+        Self(self.0.clone_dyn())
+    }
+}
+
+impl Module for DynBlock {
+    fn collect_devices(&self, devices: Vec<Device>) -> Vec<Device> {
+        self.0.collect_devices_dyn(devices)
+    }
+    fn fork(self, device: &Device) -> Self {
+        Self(self.0.fork_dyn(device))
+    }
+    fn to_device(self, device: &Device) -> Self {
+        Self(self.0.to_device_dyn(device))
+    }
+    fn train(self) -> Self {
+        Self(self.0.train_dyn())
+    }
+    fn valid(&self) -> Self {
+        Self(self.0.valid_dyn())
+    }
+    fn materialize(self) -> Self {
+        Self(self.0.materialize_dyn())
+    }
+    fn visit<V: ModuleVisitor>(&self, visitor: &mut V) {
+        self.0.visit_dyn(&mut FromDynVisitor { visitor });
+    }
+    fn map<M: ModuleMapper>(self, mapper: &mut M) -> Self {
+        Self(self.0.map_dyn(&mut FromDynMapper { mapper }))
+    }
+}
+
+/// One float parameter of a [`Model`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamInfo {
+    /// Dotted path, for example `blocks.0.linear.weight`.
+    pub path: String,
+    /// Burn's stable parameter id (kept by burnpack records).
+    pub id: ParamId,
+    /// The parameter's shape.
+    pub shape: Vec<usize>,
+}
+
+impl ParamInfo {
+    /// Number of scalar elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// An engram model: blocks run in order, the last one producing logits `[batch, classes]`.
+#[derive(Clone, Debug)]
+pub struct Model {
+    blocks: Vec<DynBlock>,
+    /// Number of output classes (width of the logits).
+    pub num_classes: usize,
+}
+
+impl Model {
+    /// A model from its blocks; `num_classes` is the logit width of the last block.
+    pub fn new(blocks: Vec<DynBlock>, num_classes: usize) -> Self {
+        Self {
+            blocks,
+            num_classes,
+        }
+    }
+
+    /// Number of blocks.
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The blocks, in order.
+    pub fn blocks(&self) -> &[DynBlock] {
+        &self.blocks
+    }
+
+    /// Appends a block (for example a new head).
+    pub fn push_block(&mut self, block: DynBlock) {
+        self.blocks.push(block);
+    }
+
+    /// Replaces block `index` by `f(old)`; returns `false` when there is no such block.
+    /// A mixture-of-experts strategy wraps the old head with its router this way.
+    pub fn replace_block(&mut self, index: usize, f: impl FnOnce(DynBlock) -> DynBlock) -> bool {
+        if index >= self.blocks.len() {
+            return false;
+        }
+        let old = self.blocks.remove(index);
+        self.blocks.insert(index, f(old));
+        true
+    }
+
+    /// Runs every block: `x` `[batch, ...]` to logits `[batch, num_classes]`.
+    pub fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Tensor<2> {
+        self.forward_range(0..self.blocks.len(), x, ctx).into_flat()
+    }
+
+    /// Runs blocks `range` only (segment execution).
+    pub fn forward_range(
+        &self,
+        range: std::ops::Range<usize>,
+        mut x: Activation,
+        ctx: &ForwardCtx,
+    ) -> Activation {
+        for block in &self.blocks[range] {
+            x = block.0.forward(x, ctx);
+        }
+        x
+    }
+
+    /// Every float parameter with its path, id and shape, in module order.
+    pub fn params(&self) -> Vec<ParamInfo> {
+        let mut v = PathVisitor::new(|path, id, shape, _t| {
+            Some(ParamInfo {
+                path: path.to_string(),
+                id,
+                shape: shape.to_vec(),
+            })
+        });
+        self.visit(&mut v);
+        v.out
+    }
+
+    /// Every float parameter's current value flattened to `[numel]`, still tracked by autodiff
+    /// when the model is (use it for penalties such as EWC's).
+    pub fn param_values(&self) -> Vec<(ParamInfo, Tensor<1>)> {
+        let mut v = PathVisitor::new(|path, id, shape, t| {
+            let n = shape.iter().product::<usize>();
+            Some((
+                ParamInfo {
+                    path: path.to_string(),
+                    id,
+                    shape: shape.to_vec(),
+                },
+                t.reshape([n]),
+            ))
+        });
+        self.visit(&mut v);
+        v.out
+    }
+
+    /// The gradient of every parameter present in `grads`, flattened to `[numel]`.
+    pub fn flat_grads(&self, grads: &GradientsParams) -> Vec<(ParamInfo, Tensor<1>)> {
+        let mut v = GradVisitor {
+            path: Vec::new(),
+            grads,
+            out: Vec::new(),
+        };
+        self.visit(&mut v);
+        v.out
+    }
+
+    /// Total number of scalar parameters.
+    pub fn numel(&self) -> usize {
+        self.params().iter().map(ParamInfo::numel).sum()
+    }
+}
+
+impl Module for Model {
+    fn collect_devices(&self, devices: Vec<Device>) -> Vec<Device> {
+        self.blocks.collect_devices(devices)
+    }
+    fn fork(self, device: &Device) -> Self {
+        Self {
+            blocks: self.blocks.fork(device),
+            num_classes: self.num_classes,
+        }
+    }
+    fn to_device(self, device: &Device) -> Self {
+        Self {
+            blocks: self.blocks.to_device(device),
+            num_classes: self.num_classes,
+        }
+    }
+    fn train(self) -> Self {
+        Self {
+            blocks: self.blocks.train(),
+            num_classes: self.num_classes,
+        }
+    }
+    fn valid(&self) -> Self {
+        Self {
+            blocks: self.blocks.valid(),
+            num_classes: self.num_classes,
+        }
+    }
+    fn materialize(self) -> Self {
+        Self {
+            blocks: self.blocks.materialize(),
+            num_classes: self.num_classes,
+        }
+    }
+    fn visit<V: ModuleVisitor>(&self, visitor: &mut V) {
+        visitor.enter_module("blocks", "Model");
+        self.blocks.visit(visitor);
+        visitor.exit_module("blocks", "Model");
+    }
+    fn map<M: ModuleMapper>(self, mapper: &mut M) -> Self {
+        mapper.enter_module("blocks", "Model");
+        let blocks = self.blocks.map(mapper);
+        mapper.exit_module("blocks", "Model");
+        Self {
+            blocks,
+            num_classes: self.num_classes,
+        }
+    }
+}
+
+type PathFn<'a, T> = dyn FnMut(&str, ParamId, &[usize], Tensor<1>) -> Option<T> + 'a;
+
+/// Visits float parameters with their dotted path; `f` gets the value flattened.
+struct PathVisitor<'a, T> {
+    path: Vec<String>,
+    f: Box<PathFn<'a, T>>,
+    out: Vec<T>,
+}
+
+impl<'a, T> PathVisitor<'a, T> {
+    fn new(f: impl FnMut(&str, ParamId, &[usize], Tensor<1>) -> Option<T> + 'a) -> Self {
+        Self {
+            path: Vec::new(),
+            f: Box::new(f),
+            out: Vec::new(),
+        }
+    }
+}
+
+impl<T> ModuleVisitor for PathVisitor<'_, T> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let value = param.val();
+        let shape = value.dims().to_vec();
+        let n = shape.iter().product::<usize>();
+        let path = self.path.join(".");
+        if let Some(item) = (self.f)(&path, param.id, &shape, value.reshape([n])) {
+            self.out.push(item);
+        }
+    }
+}
+
+struct GradVisitor<'a> {
+    path: Vec<String>,
+    grads: &'a GradientsParams,
+    out: Vec<(ParamInfo, Tensor<1>)>,
+}
+
+impl ModuleVisitor for GradVisitor<'_> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(g) = self.grads.get::<D>(param.id) {
+            let shape = g.dims().to_vec();
+            let n = shape.iter().product::<usize>();
+            self.out.push((
+                ParamInfo {
+                    path: self.path.join("."),
+                    id: param.id,
+                    shape,
+                },
+                g.reshape([n]),
+            ));
+        }
+    }
+}
+
+/// Rebuilds a [`GradientsParams`] from flat gradients keyed by [`ParamId`], restoring each
+/// parameter's shape from `model` (the inverse of [`Model::flat_grads`]).
+pub fn unflatten_grads(model: &Model, flat: Vec<(ParamId, Tensor<1>)>) -> GradientsParams {
+    struct V {
+        flat: std::collections::HashMap<ParamId, Tensor<1>>,
+        out: GradientsParams,
+    }
+    impl ModuleVisitor for V {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(g) = self.flat.remove(&param.id) {
+                let shape: [usize; D] = param.lazy_shape().dims::<D>();
+                self.out.register::<D>(param.id, g.reshape(shape));
+            }
+        }
+    }
+    let mut v = V {
+        flat: flat.into_iter().collect(),
+        out: GradientsParams::new(),
+    };
+    model.visit(&mut v);
+    v.out
+}

@@ -1,0 +1,359 @@
+//! The three strategy traits and the contexts the trainer hands them.
+//!
+//! The continual loop (see the crate docs) calls, for each task `t`:
+//!
+//! ```text
+//! Scheduler::before_task, ForgettingStrategy::before_task
+//! for each epoch, for each batch:
+//!     Scheduler::controls              -> learning rate, regularisation scale, replay ratio
+//!     ForgettingStrategy::prepare_batch -> e.g. replay mixes in stored samples
+//!     MemoryStrategy chain::step        -> loss (task loss + Σ ForgettingStrategy::penalty), grads
+//!     trainer: clip, optimiser step
+//!     ForgettingStrategy::after_step    -> e.g. replay priorities from per-sample losses
+//! ForgettingStrategy::after_task        -> e.g. EWC's Fisher information, buffer update
+//! evaluate every task                    -> row t of the accuracy matrix
+//! Scheduler::after_evaluation           -> anomaly policy
+//! ```
+//!
+//! Every strategy can save and restore its state ([`StrategyState`]) for checkpoints.
+
+use crate::data::stream::{Batch, Part, SampleRef, Stream};
+use crate::error::Result;
+use crate::model::Model;
+use burn::optim::GradientsParams;
+use burn::tensor::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A tensor in a strategy's saved state: shape and row-major `f32` values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StateTensor {
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Row-major values.
+    pub values: Vec<f32>,
+}
+
+impl StateTensor {
+    /// Copies a tensor's values (reads it back from the device).
+    pub fn from_tensor<const D: usize>(t: &Tensor<D>) -> Self {
+        Self {
+            shape: t.dims().to_vec(),
+            values: t
+                .clone()
+                .into_data()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A tensor on `device` with these values.
+    pub fn to_tensor<const D: usize>(&self, device: &Device) -> Tensor<D> {
+        Tensor::from_data(
+            burn::tensor::TensorData::new(self.values.clone(), self.shape.clone()),
+            device,
+        )
+    }
+}
+
+/// What a strategy saves in a checkpoint: JSON metadata plus named tensors.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StrategyState {
+    /// Scalars, counters, sample lists: anything serde can write.
+    pub meta: serde_json::Value,
+    /// Named tensors (Fisher diagonals, anchors, …).
+    pub tensors: BTreeMap<String, StateTensor>,
+}
+
+/// What the trainer knows about the task at hand.
+#[derive(Clone, Debug)]
+pub struct TaskInfo {
+    /// Position in the stream, `0..num_tasks`.
+    pub index: usize,
+    /// Number of tasks in the stream.
+    pub num_tasks: usize,
+    /// The task's classes.
+    pub classes: Vec<usize>,
+    /// Training samples of the task.
+    pub train_samples: usize,
+    /// Whether this is the joint (all tasks at once) pseudo-task.
+    pub joint: bool,
+}
+
+/// Per-step knobs set by the schedulers, read by the trainer and the forgetting strategies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Controls {
+    /// Learning rate for this step.
+    pub lr: f64,
+    /// Multiplier on every regularisation strength (EWC's λ, …). 1 = as configured.
+    pub reg_scale: f64,
+    /// Replay ratio override (memory samples per new sample); `None` = as configured.
+    pub replay_ratio: Option<f64>,
+}
+
+/// Where the run is, for schedulers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Position {
+    /// Task index.
+    pub task: usize,
+    /// Number of tasks.
+    pub num_tasks: usize,
+    /// Epoch within the task, `0..epochs`.
+    pub epoch: usize,
+    /// Epochs per task.
+    pub epochs: usize,
+    /// Step within the task (over all its epochs).
+    pub step_in_task: usize,
+    /// Steps the task will take (over all its epochs).
+    pub steps_per_task: usize,
+    /// Steps since the start of the run.
+    pub global_step: usize,
+}
+
+/// Access to the stream for strategies: the model, the device, the task and its data.
+pub struct TaskContext<'a> {
+    /// The model (mutable: a mixture-of-experts strategy adds experts here).
+    pub model: &'a mut Model,
+    /// The training device (autodiff enabled).
+    pub device: &'a Device,
+    /// The task.
+    pub task: &'a TaskInfo,
+    /// The stream (tasks, gather functions).
+    pub stream: &'a Stream,
+    /// The run seed (derive strategy streams from it with [`crate::rng::stream`]).
+    pub seed: u64,
+    /// Mean training loss of the task's last epoch (0 before training).
+    pub final_train_loss: f64,
+}
+
+impl TaskContext<'_> {
+    /// The task's training samples in stored order.
+    pub fn train_refs(&self) -> Vec<SampleRef> {
+        let t = self.task.index;
+        self.stream.tasks[t]
+            .train
+            .iter()
+            .map(|&i| SampleRef {
+                task: t as u16,
+                index: i,
+            })
+            .collect()
+    }
+
+    /// Gathers training samples into a batch on the training device.
+    pub fn batch(&self, refs: &[SampleRef]) -> Batch {
+        self.stream
+            .batch(refs, Part::Train, self.task.index, self.device)
+    }
+}
+
+/// What a forgetting strategy sees for each batch.
+pub struct BatchContext<'a> {
+    /// Where the run is.
+    pub position: &'a Position,
+    /// This step's knobs.
+    pub controls: &'a Controls,
+    /// The stream (to gather stored samples).
+    pub stream: &'a Stream,
+    /// The training device.
+    pub device: &'a Device,
+    /// The run seed.
+    pub seed: u64,
+}
+
+/// What a forgetting strategy sees after each step.
+pub struct StepContext<'a> {
+    /// Where the run is.
+    pub position: &'a Position,
+    /// The batch as trained (with any replayed rows).
+    pub batch: &'a Batch,
+    /// Per-sample cross-entropy `[batch]`, when the memory strategy reports it.
+    pub sample_losses: Option<&'a [f32]>,
+    /// The step's total loss.
+    pub loss: f32,
+}
+
+/// Acts on *what is learned*: mixes in replayed samples, adds loss terms, updates its state
+/// after each step and task.
+///
+/// Every method has a no-op default; a strategy overrides the hooks it needs.
+pub trait ForgettingStrategy: Send {
+    /// The registered name.
+    fn name(&self) -> &str;
+
+    /// Called before training task `cx.task`.
+    fn before_task(&mut self, _cx: &mut TaskContext<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    /// May add rows to (or reweight) the batch before the step.
+    fn prepare_batch(&mut self, batch: Batch, _cx: &BatchContext<'_>) -> Result<Batch> {
+        Ok(batch)
+    }
+
+    /// A loss term added to the task loss, as a tracked scalar `[1]` (`None`: nothing).
+    fn penalty(&self, _model: &Model, _cx: &BatchContext<'_>) -> Option<Tensor<1>> {
+        None
+    }
+
+    /// Called after each optimiser step.
+    fn after_step(&mut self, _cx: &StepContext<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called after training task `cx.task`, before evaluation.
+    fn after_task(&mut self, _cx: &mut TaskContext<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    /// The state to checkpoint.
+    fn state(&self) -> Result<StrategyState> {
+        Ok(StrategyState::default())
+    }
+
+    /// Restores a state saved by [`ForgettingStrategy::state`].
+    fn load_state(&mut self, _state: StrategyState, _device: &Device) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Where a memory strategy sits in the chain around one training step. The chain runs in this
+/// order, outermost first: accumulation splits the batch, precision casts and scales the loss,
+/// execution runs forward and backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum MemoryLayer {
+    /// Gradient accumulation (outermost).
+    Accumulation = 0,
+    /// Mixed precision and loss scaling.
+    Precision = 1,
+    /// Runs forward and backward (innermost): `standard`, `checkpoint`.
+    Execution = 2,
+}
+
+/// The loss of a step: task loss plus every forgetting strategy's penalty.
+pub trait LossFn {
+    /// Total loss `[1]` and per-sample cross-entropy `[batch]` for `logits` `[batch, classes]`.
+    fn loss(&self, model: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>);
+}
+
+/// One step as it travels down the memory chain.
+pub struct StepRequest<'a> {
+    /// The model on the autodiff device.
+    pub model: &'a Model,
+    /// The batch.
+    pub batch: Batch,
+    /// The loss.
+    pub loss: &'a dyn LossFn,
+    /// Multiply the loss by this before backward (AMP loss scaling); gradients come back
+    /// scaled by it.
+    pub loss_scale: f32,
+    /// Compute dtype for the forward pass (`None`: the parameters' own, f32).
+    pub compute_dtype: Option<burn::tensor::DType>,
+}
+
+/// What a step did, reported up the chain to the trainer.
+pub struct StepOutcome {
+    /// Total loss (unscaled).
+    pub loss: f32,
+    /// Per-sample cross-entropy `[batch]`, when known.
+    pub sample_losses: Option<Vec<f32>>,
+    /// Gradients of the total loss, unscaled once they leave the precision layer.
+    pub grads: GradientsParams,
+    /// Whether the optimiser step must be skipped (inf/NaN gradients).
+    pub skipped: bool,
+    /// The loss scale in force, if a precision strategy scales.
+    pub loss_scale: Option<f32>,
+}
+
+/// The rest of the memory chain below a strategy.
+pub struct Next<'a> {
+    chain: &'a mut [Box<dyn MemoryStrategy>],
+}
+
+impl<'a> Next<'a> {
+    /// The chain `chain`, outermost first.
+    pub fn new(chain: &'a mut [Box<dyn MemoryStrategy>]) -> Self {
+        Self { chain }
+    }
+
+    /// Runs the next strategy of the chain.
+    ///
+    /// # Errors
+    /// [`crate::Error::Strategy`] when the chain has no execution strategy left.
+    pub fn run(self, req: StepRequest<'_>) -> Result<StepOutcome> {
+        match self.chain.split_first_mut() {
+            Some((first, rest)) => first.step(req, Next { chain: rest }),
+            None => Err(crate::Error::Strategy {
+                strategy: "memory".into(),
+                message: "the memory chain has no execution strategy".into(),
+            }),
+        }
+    }
+}
+
+/// Acts on *how a step is executed* so that it fits in memory. Strategies compose like
+/// middleware around one training step (see [`MemoryLayer`] for the order); the trainer owns
+/// clipping and the optimiser step.
+pub trait MemoryStrategy: Send {
+    /// The registered name.
+    fn name(&self) -> &str;
+    /// Where in the chain it sits.
+    fn layer(&self) -> MemoryLayer;
+    /// Runs one step, calling `next` zero or more times (an execution strategy never does).
+    fn step(&mut self, req: StepRequest<'_>, next: Next<'_>) -> Result<StepOutcome>;
+    /// The state to checkpoint (for example the loss scale).
+    fn state(&self) -> Result<StrategyState> {
+        Ok(StrategyState::default())
+    }
+    /// Restores a state saved by [`MemoryStrategy::state`].
+    fn load_state(&mut self, _state: StrategyState) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What the trainer should do after an evaluation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AnomalyAction {
+    /// Carry on.
+    Continue,
+    /// Restore the last good checkpoint and retry the task with these control multipliers.
+    Rollback {
+        /// Why.
+        reason: String,
+        /// Multiplier for regularisation strength.
+        reg_factor: f64,
+        /// Added to the replay ratio.
+        replay_step: f64,
+        /// Multiplier for the learning rate.
+        lr_factor: f64,
+    },
+}
+
+/// Acts on *when and how strongly*: learning rate, regularisation strength, replay ratio,
+/// evaluation cadence and the forgetting-anomaly policy.
+pub trait Scheduler: Send {
+    /// The registered name.
+    fn name(&self) -> &str;
+    /// Called before each task.
+    fn before_task(&mut self, _task: &TaskInfo) {}
+    /// Adjusts this step's controls (schedulers are applied in config order).
+    fn controls(&mut self, _position: &Position, _controls: &mut Controls) {}
+    /// Whether to evaluate every task after task `task` (`None`: no opinion; the default is
+    /// every task). The diagonal cell is evaluated regardless.
+    fn evaluate_all(&self, _task: usize, _num_tasks: usize) -> Option<bool> {
+        None
+    }
+    /// Inspects the accuracy matrix so far (rows `0..=task`, `None` = not evaluated).
+    fn after_evaluation(&mut self, _task: usize, _matrix: &[Vec<Option<f64>>]) -> AnomalyAction {
+        AnomalyAction::Continue
+    }
+    /// The state to checkpoint.
+    fn state(&self) -> Result<StrategyState> {
+        Ok(StrategyState::default())
+    }
+    /// Restores a state saved by [`Scheduler::state`].
+    fn load_state(&mut self, _state: StrategyState) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,6 @@
+//! The continual trainer, its metrics, memory accounting and report.
+
+pub mod memory;
+pub mod metrics;
+pub mod report;
+pub mod trainer;

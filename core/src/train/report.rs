@@ -1,0 +1,232 @@
+//! What a run writes: `report.json`, `metrics.csv`, `steps.csv` (all written atomically).
+//!
+//! `report.json` (schema version [`SCHEMA_VERSION`]):
+//! - `accuracy_matrix`: rows = after training task i, columns = task j, fractions in `[0, 1]`,
+//!   `null` for cells not evaluated;
+//! - `metrics`: `acc`, `bwt`, `forgetting`, `fwt`, `retention` (see [`super::metrics`]);
+//! - `random_init_accuracy`: `b_j`, the accuracy of the initial model on each task (for FWT);
+//! - `memory`, `throughput`, `timings`: figures that measure the machine, listed in
+//!   `machine_dependent_keys`; everything else is identical for the same seed and config;
+//! - `config` (the effective config), `seed`, `versions`, `device`, `tasks`, `training`,
+//!   `events`.
+//!
+//! `metrics.csv` columns: `trained_task,evaluated_task,accuracy,samples` — one row per
+//! evaluated cell. `steps.csv` columns: `task,epoch,step,global_step,loss,lr,samples` — one row
+//! every `log_every` steps; `loss` is the mean total loss over the logged window, `samples`
+//! the rows trained in the window (new plus replayed).
+
+use super::memory::PhaseMemory;
+use super::metrics::{Matrix, Metrics};
+use crate::error::Result;
+use crate::fsutil::write_atomic;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Version of the `report.json` layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Keys of `report.json` whose values measure the machine rather than the run.
+pub const MACHINE_DEPENDENT_KEYS: [&str; 3] = ["timings", "throughput", "memory"];
+
+/// Versions of what produced a report.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Versions {
+    /// engram's version.
+    pub engram: String,
+    /// Burn's version.
+    pub burn: String,
+    /// The compiler that built engram (`rustc -V`).
+    pub rustc: String,
+}
+
+impl Versions {
+    /// The versions of this build.
+    pub fn current() -> Self {
+        Self {
+            engram: env!("CARGO_PKG_VERSION").into(),
+            burn: crate::BURN_VERSION.into(),
+            rustc: env!("ENGRAM_RUSTC_VERSION").into(),
+        }
+    }
+}
+
+/// One task of the stream, as reported.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TaskSummary {
+    /// Position in the stream.
+    pub index: usize,
+    /// Its classes.
+    pub classes: Vec<usize>,
+    /// Training samples.
+    pub train_samples: usize,
+    /// Evaluation samples.
+    pub eval_samples: usize,
+}
+
+/// Memory figures in bytes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct MemoryReport {
+    /// Where the figures come from: `heap` (counting allocator, CPU) or `device-pool`.
+    pub source: String,
+    /// Highest bytes in use over the whole run.
+    pub peak_bytes: u64,
+    /// Bytes in use at the end.
+    pub end_bytes: u64,
+    /// Training steps.
+    pub train: PhaseMemory,
+    /// Evaluations.
+    pub eval: PhaseMemory,
+    /// After-task passes (Fisher information, buffer updates).
+    pub after_task: PhaseMemory,
+    /// Per task: the train phase's peak bytes.
+    pub per_task_train_peak_bytes: Vec<u64>,
+}
+
+/// Throughput figures.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Throughput {
+    /// Training rows per second of training time (new plus replayed), samples/s.
+    pub train_samples_per_s: f64,
+    /// Evaluation samples per second of evaluation time, samples/s.
+    pub eval_samples_per_s: f64,
+}
+
+/// Wall-clock timings in seconds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Timings {
+    /// The whole run, s.
+    pub total_s: f64,
+    /// Loading data and building the model, s.
+    pub setup_s: f64,
+    /// Training steps, s.
+    pub train_s: f64,
+    /// Evaluations (including the random-init baseline), s.
+    pub eval_s: f64,
+    /// After-task hooks (Fisher passes, buffer updates), s.
+    pub after_task_s: f64,
+    /// Per task: training time, s.
+    pub per_task_train_s: Vec<f64>,
+}
+
+/// Counters of the training loop.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TrainingCounters {
+    /// Optimiser steps taken.
+    pub steps: usize,
+    /// Steps skipped (inf/NaN gradients under loss scaling).
+    pub skipped_steps: usize,
+    /// Rows trained on (new plus replayed).
+    pub samples: usize,
+    /// Final mean training loss of each task's last epoch.
+    pub final_loss: Vec<f64>,
+}
+
+/// Something that happened during the run (rollbacks, warnings).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Event {
+    /// Task index when it happened.
+    pub task: usize,
+    /// Kind, for example `anomaly`.
+    pub kind: String,
+    /// Details.
+    pub message: String,
+}
+
+/// The whole `report.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    /// Layout version ([`SCHEMA_VERSION`]).
+    pub schema_version: u32,
+    /// Versions of engram, Burn and rustc.
+    pub versions: Versions,
+    /// The run seed.
+    pub seed: u64,
+    /// The device name (`cpu`, `vulkan`, `cuda`).
+    pub device: String,
+    /// The effective config.
+    pub config: serde_json::Value,
+    /// The scenario.
+    pub scenario: String,
+    /// Whether the run trained all tasks jointly.
+    pub joint: bool,
+    /// The tasks.
+    pub tasks: Vec<TaskSummary>,
+    /// `R[i][j]`.
+    pub accuracy_matrix: Matrix,
+    /// `b_j`: accuracy of the initial model on each task.
+    pub random_init_accuracy: Vec<f64>,
+    /// ACC, BWT, forgetting, FWT, retention.
+    pub metrics: Metrics,
+    /// Loop counters.
+    pub training: TrainingCounters,
+    /// Events.
+    pub events: Vec<Event>,
+    /// Memory (machine-dependent).
+    pub memory: MemoryReport,
+    /// Throughput (machine-dependent).
+    pub throughput: Throughput,
+    /// Timings (machine-dependent).
+    pub timings: Timings,
+    /// Names of the machine-dependent keys.
+    pub machine_dependent_keys: Vec<String>,
+}
+
+/// One logged training step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepLog {
+    /// Task index.
+    pub task: usize,
+    /// Epoch within the task.
+    pub epoch: usize,
+    /// Step within the task.
+    pub step: usize,
+    /// Step since the start of the run.
+    pub global_step: usize,
+    /// Mean total loss over the window.
+    pub loss: f64,
+    /// Learning rate.
+    pub lr: f64,
+    /// Rows trained in the window.
+    pub samples: usize,
+}
+
+impl Report {
+    /// `metrics.csv`: one row per evaluated cell.
+    pub fn metrics_csv(&self) -> String {
+        let mut s = String::from("trained_task,evaluated_task,accuracy,samples\n");
+        for (i, row) in self.accuracy_matrix.iter().enumerate() {
+            for (j, cell) in row.iter().enumerate() {
+                if let Some(a) = cell {
+                    let n = self.tasks.get(j).map_or(0, |t| t.eval_samples);
+                    let _ = writeln!(s, "{i},{j},{a:.6},{n}");
+                }
+            }
+        }
+        s
+    }
+
+    /// Writes `report.json` and `metrics.csv` into `dir` atomically.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when a file cannot be written.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let json = serde_json::to_vec_pretty(self)
+            .map_err(|e| crate::Error::Other(format!("report: {e}")))?;
+        write_atomic(&dir.join("metrics.csv"), self.metrics_csv().as_bytes())?;
+        write_atomic(&dir.join("report.json"), &json)
+    }
+}
+
+/// `steps.csv` text for `logs`.
+pub fn steps_csv(logs: &[StepLog]) -> String {
+    let mut s = String::from("task,epoch,step,global_step,loss,lr,samples\n");
+    for l in logs {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{:.6},{},{}",
+            l.task, l.epoch, l.step, l.global_step, l.loss, l.lr, l.samples
+        );
+    }
+    s
+}

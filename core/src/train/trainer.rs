@@ -1,0 +1,613 @@
+//! The continual trainer: the loop of the crate docs, calling every strategy hook.
+
+use super::memory::{self, PhaseMemory, PhaseMeter};
+use super::metrics;
+use super::report::{
+    Event, MACHINE_DEPENDENT_KEYS, MemoryReport, Report, SCHEMA_VERSION, StepLog, TaskSummary,
+    Throughput, Timings, TrainingCounters, Versions, steps_csv,
+};
+use crate::config::{LoadedConfig, OptimizerKind, Scenario};
+use crate::data::dataset;
+use crate::data::stream::{Batch, Part, SampleRef, Stream};
+use crate::error::{Error, Result};
+use crate::fsutil::write_atomic;
+use crate::model::{Activation, ForwardCtx, Model, mlp};
+use crate::registry::{BuildContext, Registry};
+use crate::rng;
+use crate::strategy::{
+    AnomalyAction, BatchContext, Controls, ForgettingStrategy, LossFn, MemoryStrategy, Next,
+    Position, Scheduler, StepContext, StepRequest, TaskContext, TaskInfo,
+};
+use burn::module::Module;
+use burn::optim::{
+    AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig, decay::WeightDecayConfig,
+    momentum::MomentumConfig,
+};
+use burn::tensor::{Device, Tensor, activation};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// How to run, beyond the config.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// The output directory.
+    pub out: PathBuf,
+    /// Show progress bars (on a terminal).
+    pub progress: bool,
+}
+
+/// Everything a run needs, built and checked before anything is written.
+pub struct Prepared {
+    /// The config.
+    pub cfg: LoadedConfig,
+    /// The device (without autodiff).
+    pub device: Device,
+    /// The stream of tasks.
+    pub stream: Stream,
+    /// Forgetting strategies, in config order.
+    pub forgetting: Vec<Box<dyn ForgettingStrategy>>,
+    /// Memory strategies, in chain order.
+    pub memory: Vec<Box<dyn MemoryStrategy>>,
+    /// Schedulers, in config order.
+    pub schedulers: Vec<Box<dyn Scheduler>>,
+    /// Seconds spent preparing.
+    pub setup_s: f64,
+}
+
+/// Resolves a path from the config relative to the config file's directory.
+pub fn relative_to(cfg_file: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cfg_file.parent().unwrap_or(Path::new(".")).join(p)
+    }
+}
+
+/// Checks and builds everything a run needs: device, data, stream, strategies.
+///
+/// # Errors
+/// Any input error ([`Error::Config`], [`Error::DatasetMissing`], [`Error::Idx`],
+/// [`Error::Device`], …) before a single file is written.
+pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
+    let start = Instant::now();
+    let c = &cfg.config;
+    let device = crate::device::select(&c.run.device)?;
+    // Strategies are decoded before the data is read, so that a config error is reported
+    // without waiting for the dataset.
+    let spec = dataset::spec(&c.data.dataset)
+        .map_err(|e| cfg.error_at("data", "dataset", e.to_string(), None))?;
+    let bcx_pre = BuildContext {
+        num_tasks: c.data.tasks.unwrap_or(5),
+        num_classes: spec.classes,
+        batch_size: c.train.batch_size,
+        seed: c.run.seed,
+        model_kind: c.model.kind.clone(),
+    };
+    registry.build_forgetting(&cfg, &bcx_pre)?;
+    registry.build_memory(&cfg, &bcx_pre)?;
+    registry.build_schedulers(&cfg, &bcx_pre)?;
+    let data_path = c.data.path.as_ref().map(|p| relative_to(&cfg.file, p));
+    let ds = dataset::load(&c.data.dataset, data_path.as_deref())?;
+    let stream = Stream::build(Arc::new(ds), &c.data, c.run.seed)
+        .map_err(|e| cfg.error_at("data", "tasks", e.to_string(), None))?;
+    let bcx = BuildContext {
+        num_tasks: stream.len(),
+        ..bcx_pre
+    };
+    let forgetting = registry.build_forgetting(&cfg, &bcx)?;
+    let memory = registry.build_memory(&cfg, &bcx)?;
+    let schedulers = registry.build_schedulers(&cfg, &bcx)?;
+    Ok(Prepared {
+        cfg,
+        device,
+        stream,
+        forgetting,
+        memory,
+        schedulers,
+        setup_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Builds the configured model on `device`, initialised from the run seed.
+pub fn build_model(cfg: &LoadedConfig, stream: &Stream, device: &Device) -> Model {
+    let c = &cfg.config;
+    let mut r = rng::stream(c.run.seed, "init", 0, 0);
+    mlp::build_mlp(
+        stream.dataset.train.features,
+        &c.model.hidden,
+        stream.num_classes,
+        c.model.activation,
+        c.model.dropout,
+        &mut r,
+        device,
+    )
+}
+
+/// The configured optimiser (burn-optim).
+pub fn build_optimizer(cfg: &LoadedConfig) -> ModuleOptimizer {
+    let o = &cfg.config.optimizer;
+    let wd = (o.weight_decay > 0.0).then_some(WeightDecayConfig {
+        penalty: o.weight_decay as f32,
+    });
+    match o.kind {
+        OptimizerKind::Sgd => SgdConfig::new()
+            .with_momentum((o.momentum > 0.0).then_some(MomentumConfig {
+                momentum: o.momentum,
+                dampening: 0.0,
+                nesterov: false,
+            }))
+            .with_weight_decay(wd)
+            .init(),
+        OptimizerKind::Adam => AdamConfig::new().with_weight_decay(wd).init(),
+        OptimizerKind::Adamw => AdamWConfig::new()
+            .with_weight_decay(o.weight_decay as f32)
+            .init(),
+    }
+}
+
+/// Cross-entropy of `logits` `[batch, classes]` against `batch.y`, per sample `[batch]`,
+/// after adding the batch's logit mask.
+pub fn per_sample_cross_entropy(logits: Tensor<2>, batch: &Batch) -> Tensor<1> {
+    let logits = match &batch.logit_mask {
+        Some(m) => logits + m.clone(),
+        None => logits,
+    };
+    let logp = activation::log_softmax(logits, 1);
+    let n = batch.y.dims()[0];
+    logp.gather(1, batch.y.clone().reshape([n, 1]))
+        .reshape([n])
+        .neg()
+}
+
+/// The loss of a training step: weighted mean cross-entropy plus every strategy's penalty.
+///
+/// `task loss = Σ_i w_i·CE_i / Σ_i w_i` with `w_i = 1` unless a strategy set weights.
+pub struct TrainLoss<'a> {
+    /// The forgetting strategies (their penalties are added).
+    pub forgetting: &'a [Box<dyn ForgettingStrategy>],
+    /// The batch context the penalties see.
+    pub cx: &'a BatchContext<'a>,
+}
+
+impl LossFn for TrainLoss<'_> {
+    fn loss(&self, model: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>) {
+        let ce = per_sample_cross_entropy(logits, batch);
+        let mut total = match &batch.weights {
+            Some(w) => (ce.clone() * w.clone()).sum() / w.clone().sum(),
+            None => ce.clone().mean(),
+        };
+        for f in self.forgetting {
+            if let Some(p) = f.penalty(model, self.cx) {
+                total = total + p;
+            }
+        }
+        (total, ce)
+    }
+}
+
+/// Global L2 norm of all gradients (Pascanu et al. 2013): `sqrt(Σ_p ‖g_p‖²)`.
+pub fn global_grad_norm(model: &Model, grads: &GradientsParams) -> f64 {
+    model
+        .flat_grads(grads)
+        .into_iter()
+        .map(|(_, g)| f64::from(g.powf_scalar(2.0).sum().into_scalar::<f32>()))
+        .sum::<f64>()
+        .sqrt()
+}
+
+/// Scales gradients by `min(1, max_norm / ‖g‖)` when the global norm exceeds `max_norm`.
+/// Returns the norm before clipping.
+pub fn clip_global_norm(
+    model: &Model,
+    grads: GradientsParams,
+    max_norm: f64,
+) -> (GradientsParams, f64) {
+    let norm = global_grad_norm(model, &grads);
+    if norm <= max_norm || norm == 0.0 {
+        return (grads, norm);
+    }
+    let scale = (max_norm / norm) as f32;
+    let flat = model
+        .flat_grads(&grads)
+        .into_iter()
+        .map(|(p, g)| (p.id, g.mul_scalar(scale)))
+        .collect();
+    (crate::model::unflatten_grads(model, flat), norm)
+}
+
+/// Accuracy of `model` on task `t`'s evaluation rows, without an autodiff graph.
+///
+/// `seen` is the last trained task (for unseen-class masks). Returns the fraction correct.
+pub fn evaluate_task(
+    model: &Model,
+    stream: &Stream,
+    t: usize,
+    seen: usize,
+    batch: usize,
+    device: &Device,
+) -> f64 {
+    let (rows, part) = stream.eval_rows(t);
+    if rows.is_empty() {
+        return 0.0;
+    }
+    let ctx = ForwardCtx {
+        task: (stream.scenario == Scenario::TaskIncremental).then_some(t),
+    };
+    let mut correct = 0i64;
+    let refs: Vec<SampleRef> = rows
+        .iter()
+        .map(|&i| SampleRef {
+            task: t as u16,
+            index: i,
+        })
+        .collect();
+    for chunk in refs.chunks(batch) {
+        let b = stream.batch(chunk, part, seen, device);
+        let mut logits = model.forward(Activation::Flat(b.x.clone()), &ctx);
+        if let Some(m) = &b.logit_mask {
+            logits = logits + m.clone();
+        }
+        let pred = logits.argmax(1).reshape([chunk.len()]);
+        correct += pred.equal(b.y).int().sum().into_scalar::<i64>();
+    }
+    correct as f64 / rows.len() as f64
+}
+
+fn strategy_err(name: &str, e: impl std::fmt::Display) -> Error {
+    Error::Strategy {
+        strategy: name.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Runs a prepared experiment and writes its outputs into `opts.out`.
+///
+/// # Errors
+/// [`Error::Io`] when the out dir cannot be written; [`Error::Strategy`] when a strategy fails.
+pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
+    let t0 = Instant::now();
+    let c = p.cfg.config.clone();
+    let seed = c.run.seed;
+    std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
+    write_atomic(&opts.out.join("config.toml"), p.cfg.source.as_bytes())?;
+
+    let inner = p.device.clone();
+    let ad = inner.clone().autodiff();
+    ad.seed(rng::derive_seed(seed, "burn-init", 0, 0));
+    let mut model = build_model(&p.cfg, &p.stream, &ad);
+    let mut optim = build_optimizer(&p.cfg);
+    let stream = &p.stream;
+    let n_tasks = stream.len();
+    let eval_bs = c.train.eval_batch_size;
+
+    let mut timings = Timings {
+        setup_s: p.setup_s,
+        ..Timings::default()
+    };
+    let mut mem = MemoryReport {
+        source: if inner.memory_pool_usage().is_some() {
+            "device-pool".into()
+        } else {
+            "heap".into()
+        },
+        ..MemoryReport::default()
+    };
+    let mut counters = TrainingCounters::default();
+    let mut events = Vec::new();
+    let mut logs: Vec<StepLog> = Vec::new();
+
+    // b_j: the initial model on every task (for forward transfer).
+    let te = Instant::now();
+    let mut eval_samples = 0usize;
+    let baseline: Vec<f64> = {
+        let valid = model.valid();
+        (0..n_tasks)
+            .map(|j| {
+                eval_samples += stream.eval_rows(j).0.len();
+                evaluate_task(&valid, stream, j, 0, eval_bs, &inner)
+            })
+            .collect()
+    };
+    timings.eval_s += te.elapsed().as_secs_f64();
+
+    let joint = c.train.joint;
+    let rounds = if joint { 1 } else { n_tasks };
+    let mut matrix: metrics::Matrix = Vec::new();
+    let mut global_step = 0usize;
+
+    for round in 0..rounds {
+        let info = TaskInfo {
+            index: round,
+            num_tasks: n_tasks,
+            classes: if joint {
+                stream
+                    .tasks
+                    .iter()
+                    .flat_map(|t| t.classes.clone())
+                    .collect()
+            } else {
+                stream.tasks[round].classes.clone()
+            },
+            train_samples: if joint {
+                stream.tasks.iter().map(|t| t.train.len()).sum()
+            } else {
+                stream.tasks[round].train.len()
+            },
+            joint,
+        };
+        if c.optimizer.reset_per_task && round > 0 {
+            optim = build_optimizer(&p.cfg);
+        }
+        for s in p.schedulers.iter_mut() {
+            s.before_task(&info);
+        }
+        {
+            let mut tcx = TaskContext {
+                model: &mut model,
+                device: &ad,
+                task: &info,
+                stream,
+                seed,
+                final_train_loss: 0.0,
+            };
+            for f in p.forgetting.iter_mut() {
+                let name = f.name().to_string();
+                f.before_task(&mut tcx)
+                    .map_err(|e| strategy_err(&name, e))?;
+            }
+        }
+
+        let steps_per_epoch = info.train_samples.div_ceil(c.train.batch_size);
+        let steps_per_task = steps_per_epoch * c.train.epochs;
+        let bar = progress_bar(opts.progress, steps_per_task as u64, round, rounds, joint);
+        let tt = Instant::now();
+        let mut meter = PhaseMeter::start();
+        let mut last_epoch_loss = 0.0;
+        let mut step_in_task = 0usize;
+        for epoch in 0..c.train.epochs {
+            let order = if joint {
+                stream.joint_order(epoch, seed)
+            } else {
+                stream.epoch_order(round, epoch, seed)
+            };
+            let (mut epoch_loss, mut epoch_steps) = (0.0f64, 0usize);
+            let (mut win_loss, mut win_steps, mut win_samples) = (0.0f64, 0usize, 0usize);
+            for chunk in order.chunks(c.train.batch_size) {
+                let position = Position {
+                    task: round,
+                    num_tasks: n_tasks,
+                    epoch,
+                    epochs: c.train.epochs,
+                    step_in_task,
+                    steps_per_task,
+                    global_step,
+                };
+                let mut controls = Controls {
+                    lr: c.optimizer.lr,
+                    reg_scale: 1.0,
+                    replay_ratio: None,
+                };
+                for s in p.schedulers.iter_mut() {
+                    s.controls(&position, &mut controls);
+                }
+                let bcx = BatchContext {
+                    position: &position,
+                    controls: &controls,
+                    stream,
+                    device: &ad,
+                    seed,
+                };
+                let mut batch = stream.batch(chunk, Part::Train, round, &ad);
+                for f in p.forgetting.iter_mut() {
+                    let name = f.name().to_string();
+                    batch = f
+                        .prepare_batch(batch, &bcx)
+                        .map_err(|e| strategy_err(&name, e))?;
+                }
+                // Burn's RNG (dropout) is reseeded from the position: resumable and exact.
+                ad.seed(rng::derive_seed(
+                    seed,
+                    "burn",
+                    round as u64,
+                    global_step as u64,
+                ));
+                let loss_fn = TrainLoss {
+                    forgetting: &p.forgetting,
+                    cx: &bcx,
+                };
+                let rows = batch.len();
+                let outcome = Next::new(&mut p.memory).run(StepRequest {
+                    model: &model,
+                    batch: batch.clone(),
+                    loss: &loss_fn,
+                    loss_scale: 1.0,
+                    compute_dtype: None,
+                })?;
+                meter.sample(&inner);
+                if outcome.skipped {
+                    counters.skipped_steps += 1;
+                } else {
+                    let mut grads = outcome.grads;
+                    if let Some(max) = c.train.clip_norm {
+                        grads = clip_global_norm(&model, grads, max).0;
+                    }
+                    model = optim.step(controls.lr, model, grads);
+                }
+                let scx = StepContext {
+                    position: &position,
+                    batch: &batch,
+                    sample_losses: outcome.sample_losses.as_deref(),
+                    loss: outcome.loss,
+                };
+                for f in p.forgetting.iter_mut() {
+                    let name = f.name().to_string();
+                    f.after_step(&scx).map_err(|e| strategy_err(&name, e))?;
+                }
+                counters.steps += 1;
+                counters.samples += rows;
+                epoch_loss += f64::from(outcome.loss);
+                epoch_steps += 1;
+                win_loss += f64::from(outcome.loss);
+                win_steps += 1;
+                win_samples += rows;
+                if win_steps == c.train.log_every.max(1) {
+                    logs.push(StepLog {
+                        task: round,
+                        epoch,
+                        step: step_in_task,
+                        global_step,
+                        loss: win_loss / win_steps as f64,
+                        lr: controls.lr,
+                        samples: win_samples,
+                    });
+                    (win_loss, win_steps, win_samples) = (0.0, 0, 0);
+                }
+                step_in_task += 1;
+                global_step += 1;
+                bar.inc(1);
+                if step_in_task.is_multiple_of(20) {
+                    bar.set_message(format!("loss {:.4}", outcome.loss));
+                }
+            }
+            last_epoch_loss = epoch_loss / epoch_steps.max(1) as f64;
+        }
+        let train_s = tt.elapsed().as_secs_f64();
+        timings.train_s += train_s;
+        timings.per_task_train_s.push(train_s);
+        let mut task_mem = PhaseMemory::default();
+        meter.finish(&inner, &mut task_mem);
+        mem.per_task_train_peak_bytes.push(task_mem.peak_bytes);
+        mem.train.peak_bytes = mem.train.peak_bytes.max(task_mem.peak_bytes);
+        mem.train.end_bytes = task_mem.end_bytes;
+        counters.final_loss.push(last_epoch_loss);
+        bar.finish_and_clear();
+
+        let ta = Instant::now();
+        let meter = PhaseMeter::start();
+        {
+            let mut tcx = TaskContext {
+                model: &mut model,
+                device: &ad,
+                task: &info,
+                stream,
+                seed,
+                final_train_loss: last_epoch_loss,
+            };
+            for f in p.forgetting.iter_mut() {
+                let name = f.name().to_string();
+                f.after_task(&mut tcx).map_err(|e| strategy_err(&name, e))?;
+            }
+        }
+        meter.finish(&inner, &mut mem.after_task);
+        timings.after_task_s += ta.elapsed().as_secs_f64();
+
+        // Evaluate: every task, or the diagonal only when a scheduler's cadence says so.
+        let te = Instant::now();
+        let meter = PhaseMeter::start();
+        let all = p
+            .schedulers
+            .iter()
+            .filter_map(|s| s.evaluate_all(round, rounds))
+            .all(|b| b)
+            || round + 1 == rounds;
+        let valid = model.valid();
+        let row: Vec<Option<f64>> = (0..n_tasks)
+            .map(|j| {
+                (joint || all || j == round).then(|| {
+                    eval_samples += stream.eval_rows(j).0.len();
+                    evaluate_task(&valid, stream, j, round, eval_bs, &inner)
+                })
+            })
+            .collect();
+        drop(valid);
+        meter.finish(&inner, &mut mem.eval);
+        timings.eval_s += te.elapsed().as_secs_f64();
+        matrix.push(row);
+        for s in p.schedulers.iter_mut() {
+            if let AnomalyAction::Rollback { reason, .. } = s.after_evaluation(round, &matrix) {
+                events.push(Event {
+                    task: round,
+                    kind: "anomaly".into(),
+                    message: format!("{} reported: {reason} (rollback is not available in this version; continuing)", s.name()),
+                });
+            }
+        }
+    }
+
+    write_atomic(&opts.out.join("steps.csv"), steps_csv(&logs).as_bytes())?;
+    let m = metrics::compute(&matrix, &baseline);
+    mem.peak_bytes = mem
+        .train
+        .peak_bytes
+        .max(mem.eval.peak_bytes)
+        .max(mem.after_task.peak_bytes);
+    mem.end_bytes = memory::device_bytes(&inner).unwrap_or(0);
+    timings.total_s = t0.elapsed().as_secs_f64() + p.setup_s;
+    let report = Report {
+        schema_version: SCHEMA_VERSION,
+        versions: Versions::current(),
+        seed,
+        device: c.run.device.clone(),
+        config: serde_json::to_value(&c).unwrap_or_default(),
+        scenario: serde_json::to_value(stream.scenario)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        joint,
+        tasks: stream
+            .tasks
+            .iter()
+            .map(|t| TaskSummary {
+                index: t.index,
+                classes: t.classes.clone(),
+                train_samples: t.train.len(),
+                eval_samples: stream.eval_rows(t.index).0.len(),
+            })
+            .collect(),
+        accuracy_matrix: matrix,
+        random_init_accuracy: baseline,
+        metrics: m,
+        throughput: Throughput {
+            train_samples_per_s: counters.samples as f64 / timings.train_s.max(1e-9),
+            eval_samples_per_s: eval_samples as f64 / timings.eval_s.max(1e-9),
+        },
+        training: counters,
+        events,
+        memory: mem,
+        timings,
+        machine_dependent_keys: MACHINE_DEPENDENT_KEYS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    report.write(&opts.out)?;
+    Ok(report)
+}
+
+fn progress_bar(
+    show: bool,
+    len: u64,
+    round: usize,
+    rounds: usize,
+    joint: bool,
+) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    let label = if joint {
+        "joint".to_string()
+    } else {
+        format!("task {}/{}", round + 1, rounds)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{prefix:>10} [{bar:30}] {pos}/{len} steps {per_sec} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(label);
+    bar
+}

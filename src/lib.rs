@@ -1,0 +1,31 @@
+//! # engram
+//!
+//! Train one model on a sequence of tasks when accelerator memory is tight and catastrophic
+//! forgetting is the enemy. This facade re-exports [`engram_core`] and links the built-in
+//! strategies of [`engram_strategies`]; the `engram` binary is its command-line front end.
+//!
+//! ```no_run
+//! use engram::core::config::LoadedConfig;
+//! use engram::core::train::trainer::{prepare, run, RunOptions};
+//!
+//! let cfg = LoadedConfig::load("examples/split-fmnist.toml".as_ref(), &[]).unwrap();
+//! let prepared = prepare(cfg, &engram::registry()).unwrap();
+//! let report = run(prepared, &RunOptions { out: "runs/x".into(), progress: false }).unwrap();
+//! println!("ACC {:?}", report.metrics.acc);
+//! ```
+
+pub mod bench;
+pub mod fetch;
+pub mod summary;
+
+pub use engram_core as core;
+pub use engram_strategies as strategies;
+
+/// The registry of every built-in strategy.
+///
+/// Calls [`engram_strategies::link`] so that the strategies crate (and its `inventory`
+/// registrations) is linked into every binary that uses the facade.
+pub fn registry() -> engram_core::registry::Registry {
+    let _ = engram_strategies::link();
+    engram_core::registry::Registry::builtin()
+}

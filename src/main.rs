@@ -1,0 +1,355 @@
+//! The `engram` command line.
+//!
+//! Exit codes: `0` success, `2` bad input (config, data, plugin, device), `1` any other
+//! failure. A panic is caught, reported as an internal error and exits with `1`.
+
+mod alloc;
+
+use clap::{Args, Parser, Subcommand};
+use engram::core::config::LoadedConfig;
+use engram::core::data::dataset;
+use engram::core::registry::Registry;
+use engram::core::train::trainer::{self, RunOptions};
+use engram::core::{Error, Result};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
+
+#[derive(Parser)]
+#[command(
+    name = "engram",
+    version,
+    about = "Continual learning under a memory budget, on Burn"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// More output (-v: strategy details).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Only errors and the final line.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an experiment: train on the stream, evaluate, write report.json.
+    Run(RunArgs),
+    /// Check a config (syntax, keys, strategies, dataset) without running it.
+    Validate {
+        /// The experiment file.
+        config: PathBuf,
+        /// Override a key: `--set train.epochs=3` (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+    },
+    /// List the registered strategies with their keys and defaults.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Dataset tools.
+    Data {
+        #[command(subcommand)]
+        command: DataCommand,
+    },
+    /// Benchmarks that print figures.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The experiment file.
+    config: PathBuf,
+    /// Output directory (default: `[run] out`, else `runs/<config name>`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Device: cpu, vulkan or cuda (overrides `[run] device`).
+    #[arg(long)]
+    device: Option<String>,
+    /// Seed (overrides `[run] seed`).
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Several seeds, comma-separated: one run each plus mean ± std.
+    #[arg(long, value_delimiter = ',')]
+    seeds: Vec<u64>,
+    /// Override a key: `--set train.epochs=3` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum DataCommand {
+    /// Download a dataset's official files and verify them.
+    Fetch {
+        /// `fashion-mnist` or `mnist`.
+        name: String,
+        /// Target directory (default `$ENGRAM_DATA/<name>`, `./data/<name>` when unset).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Base URL to download from (default: the official mirror).
+        #[arg(long)]
+        url: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Training samples/s of the example MLP at batch 128 (and PyTorch's, when available).
+    Throughput {
+        /// Write the figures as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Python interpreter for the PyTorch comparison.
+        #[arg(long, default_value = "python3")]
+        python: String,
+        /// Measured steps.
+        #[arg(long, default_value_t = 200)]
+        steps: usize,
+        /// Batch size.
+        #[arg(long, default_value_t = 128)]
+        batch: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    alloc::install_probe();
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!(
+            "error: internal error: {info}\n  this is a bug in engram; please report it with the command that caused it"
+        );
+    }));
+    let cli = Cli::parse();
+    let result = std::panic::catch_unwind(|| dispatch(&cli));
+    match result {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+        Err(_) => ExitCode::from(1),
+    }
+}
+
+fn dispatch(cli: &Cli) -> Result<()> {
+    let registry = engram::registry();
+    match &cli.command {
+        Command::Run(args) => run(cli, &registry, args),
+        Command::Validate { config, sets } => {
+            let cfg = LoadedConfig::load(config, sets)?;
+            let p = trainer::prepare(cfg, &registry)?;
+            if !cli.quiet {
+                println!(
+                    "{}: ok ({} tasks, {} forgetting, {} memory, {} scheduler strategies; data from {})",
+                    config.display(),
+                    p.stream.len(),
+                    p.forgetting.len(),
+                    p.memory.len(),
+                    p.schedulers.len(),
+                    p.stream.dataset.dir.display()
+                );
+            }
+            Ok(())
+        }
+        Command::List { json } => {
+            list(&registry, *json);
+            Ok(())
+        }
+        Command::Data {
+            command: DataCommand::Fetch { name, dir, url },
+        } => {
+            let spec = dataset::spec(name)?;
+            let dir = dir
+                .clone()
+                .unwrap_or_else(|| dataset::data_root().join(name));
+            let url = url.clone().unwrap_or_else(|| spec.base_url.to_string());
+            let files = engram::fetch::fetch(spec, &url, &dir, None)?;
+            if !cli.quiet {
+                for f in files {
+                    println!("{}", f.display());
+                }
+            }
+            Ok(())
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Throughput {
+                    json,
+                    python,
+                    steps,
+                    batch,
+                },
+        } => bench_throughput(json.as_deref(), python, *steps, *batch),
+    }
+}
+
+fn default_out(config: &Path) -> PathBuf {
+    let stem = config
+        .file_stem()
+        .map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned());
+    PathBuf::from("runs").join(stem)
+}
+
+fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
+    let mut sets = args.sets.clone();
+    if let Some(d) = &args.device {
+        sets.push(format!("run.device=\"{d}\""));
+    }
+    let base = LoadedConfig::load(&args.config, &sets)?;
+    let out = args
+        .out
+        .clone()
+        .or_else(|| base.config.run.out.clone())
+        .unwrap_or_else(|| default_out(&args.config));
+    let seeds: Vec<Option<u64>> = if args.seeds.is_empty() {
+        vec![args.seed]
+    } else {
+        args.seeds.iter().copied().map(Some).collect()
+    };
+    // Check every seed's config (and the data) before any output is written.
+    let mut prepared = Vec::new();
+    for s in &seeds {
+        let mut sets = sets.clone();
+        if let Some(s) = s {
+            sets.push(format!("run.seed={s}"));
+        }
+        let cfg = LoadedConfig::load(&args.config, &sets)?;
+        let seed = cfg.config.run.seed;
+        prepared.push((seed, trainer::prepare(cfg, registry)?));
+    }
+    let multi = prepared.len() > 1;
+    let progress = !cli.quiet && std::io::stderr().is_terminal();
+    let mut reports = Vec::new();
+    for (seed, p) in prepared {
+        let dir = if multi {
+            out.join(format!("seed-{seed}"))
+        } else {
+            out.clone()
+        };
+        if !cli.quiet {
+            eprintln!(
+                "engram: {} ({} tasks, seed {seed}) -> {}",
+                args.config.display(),
+                p.stream.len(),
+                dir.display()
+            );
+        }
+        let report = trainer::run(p, &RunOptions { out: dir, progress })?;
+        if !cli.quiet {
+            print!("{}", engram::summary::run_table(&report));
+        }
+        reports.push(report);
+    }
+    if multi {
+        let metrics: Vec<_> = reports.iter().map(|r| r.metrics.clone()).collect();
+        let agg = serde_json::json!({
+            "seeds": reports.iter().map(|r| r.seed).collect::<Vec<_>>(),
+            "metrics": engram::summary::aggregate(&metrics),
+            "runs": reports.iter().map(|r| format!("seed-{}", r.seed)).collect::<Vec<_>>(),
+        });
+        let bytes = serde_json::to_vec_pretty(&agg).map_err(|e| Error::Other(e.to_string()))?;
+        engram::core::fsutil::write_atomic(&out.join("aggregate.json"), &bytes)?;
+        println!("mean ± std over {} seeds:", reports.len());
+        print!("{}", engram::summary::aggregate_table(&agg["metrics"]));
+    } else if cli.quiet
+        && let Some(r) = reports.first()
+    {
+        println!("ACC {:.4}", r.metrics.acc.unwrap_or(f64::NAN));
+    }
+    Ok(())
+}
+
+fn list(registry: &Registry, json: bool) {
+    if json {
+        let v: Vec<_> = registry
+            .entries()
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "name": e.registration.name,
+                    "kind": e.registration.factory.kind(),
+                    "summary": e.registration.summary,
+                    "defaults": (e.registration.defaults)(),
+                    "origin": e.origin.to_string(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return;
+    }
+    let mut kind = None;
+    for e in registry.entries() {
+        let k = e.registration.factory.kind();
+        if kind != Some(k) {
+            println!("[{}]", k.list());
+            kind = Some(k);
+        }
+        println!(
+            "  {:<12} {}  ({})",
+            e.registration.name, e.registration.summary, e.origin
+        );
+        for (key, value) in (e.registration.defaults)() {
+            println!("      {key} = {value}");
+        }
+    }
+}
+
+fn bench_throughput(json: Option<&Path>, python: &str, steps: usize, batch: usize) -> Result<()> {
+    let device = engram::core::burn::tensor::Device::flex();
+    let r = engram::bench::throughput(&device, batch, steps, 20)?;
+    println!(
+        "engram (Burn {} flex, CPU): {:.0} samples/s ({:.2} ms/step, batch {})",
+        engram::core::BURN_VERSION,
+        r.train_samples_per_s,
+        r.step_seconds * 1e3,
+        r.batch
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/throughput_torch.py");
+    let torch = std::process::Command::new(python)
+        .args(["-c", "import torch"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|_| {
+            std::process::Command::new(python)
+                .arg(&script)
+                .args(["--batch", &batch.to_string(), "--steps", &steps.to_string()])
+                .output()
+                .ok()
+        })
+        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok());
+    let mut out = serde_json::json!({
+        "train_samples_per_s": r.train_samples_per_s,
+        "step_seconds": r.step_seconds,
+        "batch": r.batch,
+        "steps": r.steps,
+    });
+    match &torch {
+        Some(t) => {
+            let ts = t["train_samples_per_s"].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "PyTorch {} ({} threads): {:.0} samples/s; engram / PyTorch = {:.2}x",
+                t["torch"].as_str().unwrap_or("?"),
+                t["threads"],
+                ts,
+                r.train_samples_per_s / ts
+            );
+            out["torch_samples_per_s"] = ts.into();
+            out["ratio_vs_torch"] = (r.train_samples_per_s / ts).into();
+        }
+        None => println!("PyTorch comparison skipped: `{python} -c 'import torch'` failed"),
+    }
+    if let Some(path) = json {
+        let bytes = serde_json::to_vec_pretty(&out).map_err(|e| Error::Other(e.to_string()))?;
+        engram::core::fsutil::write_atomic(path, &bytes)?;
+    }
+    Ok(())
+}

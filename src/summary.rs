@@ -1,0 +1,102 @@
+//! Text tables for the terminal: a run's accuracy matrix and metrics, and the aggregate of
+//! several seeds.
+
+use engram_core::train::metrics::{Metrics, mean_std};
+use engram_core::train::report::Report;
+use std::fmt::Write as _;
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "    –".into(), |v| format!("{:5.1}", v * 100.0))
+}
+
+fn signed(v: Option<f64>) -> String {
+    v.map_or_else(|| "–".into(), |v| format!("{:+.4}", v))
+}
+
+/// The accuracy matrix (percent) and the metrics of one run.
+pub fn run_table(r: &Report) -> String {
+    let mut s = String::new();
+    let n = r.accuracy_matrix.first().map_or(0, Vec::len);
+    let _ = writeln!(
+        s,
+        "accuracy matrix (% test accuracy; row = after training task, column = task)"
+    );
+    let _ = write!(s, "{:>10}", "");
+    for j in 0..n {
+        let _ = write!(s, " {:>5}", format!("T{j}"));
+    }
+    s.push('\n');
+    for (i, row) in r.accuracy_matrix.iter().enumerate() {
+        let label = if r.joint {
+            "joint".to_string()
+        } else {
+            format!("after T{i}")
+        };
+        let _ = write!(s, "{label:>10}");
+        for c in row {
+            let _ = write!(s, " {}", pct(*c));
+        }
+        s.push('\n');
+    }
+    let m = &r.metrics;
+    let _ = writeln!(
+        s,
+        "ACC {}  BWT {}  forgetting {}  FWT {}  retention {}",
+        m.acc.map_or("–".into(), |v| format!("{v:.4}")),
+        signed(m.bwt),
+        signed(m.forgetting),
+        signed(m.fwt),
+        m.retention.map_or("–".into(), |v| format!("{v:.4}")),
+    );
+    let _ = writeln!(
+        s,
+        "time {:.1} s (train {:.1} s, eval {:.1} s)  throughput {:.0} samples/s  peak memory {:.1} MiB ({})",
+        r.timings.total_s,
+        r.timings.train_s,
+        r.timings.eval_s,
+        r.throughput.train_samples_per_s,
+        r.memory.peak_bytes as f64 / (1024.0 * 1024.0),
+        r.memory.source,
+    );
+    s
+}
+
+/// Mean ± standard deviation of each metric over runs.
+pub fn aggregate(metrics: &[Metrics]) -> serde_json::Value {
+    let field = |f: fn(&Metrics) -> Option<f64>| {
+        let v: Vec<f64> = metrics.iter().filter_map(f).collect();
+        match mean_std(&v) {
+            Some((m, sd)) => serde_json::json!({"mean": m, "std": sd, "n": v.len()}),
+            None => serde_json::Value::Null,
+        }
+    };
+    serde_json::json!({
+        "acc": field(|m| m.acc),
+        "bwt": field(|m| m.bwt),
+        "forgetting": field(|m| m.forgetting),
+        "fwt": field(|m| m.fwt),
+        "retention": field(|m| m.retention),
+    })
+}
+
+/// One line per metric: `acc 0.2000 ± 0.0010 (n=3)`.
+pub fn aggregate_table(agg: &serde_json::Value) -> String {
+    let mut s = String::new();
+    for k in ["acc", "bwt", "forgetting", "fwt", "retention"] {
+        match &agg[k] {
+            serde_json::Value::Null => {
+                let _ = writeln!(s, "{k:>10}  –");
+            }
+            v => {
+                let _ = writeln!(
+                    s,
+                    "{k:>10}  {:.4} ± {:.4} (n={})",
+                    v["mean"].as_f64().unwrap_or(f64::NAN),
+                    v["std"].as_f64().unwrap_or(f64::NAN),
+                    v["n"]
+                );
+            }
+        }
+    }
+    s
+}

@@ -1,0 +1,50 @@
+//! # engram-strategies
+//!
+//! engram's built-in strategies, one file each: the parameter struct (serde,
+//! `deny_unknown_fields`, documented defaults), the strategy, its registration and its tests.
+//!
+//! | name | kind | file |
+//! |---|---|---|
+//! | `naive` | forgetting | [`naive`] |
+//! | `standard` | memory | [`standard`] |
+//! | `constant` | scheduler | [`constant`] |
+//!
+//! A crate listed only as a dependency is not linked, and `inventory` registrations of an
+//! unlinked crate vanish; the `engram` facade calls [`link`] so that they are always present.
+
+pub mod constant;
+pub mod naive;
+pub mod standard;
+
+/// Names of every built-in strategy of this crate (checked against the registry by a test).
+pub const BUILTIN_NAMES: &[&str] = &["naive", "standard", "constant"];
+
+/// Forces this crate to be linked (its `inventory` registrations live in it).
+#[inline(never)]
+pub fn link() -> &'static [&'static str] {
+    BUILTIN_NAMES
+}
+
+#[cfg(test)]
+mod tests {
+    use engram_core::registry::Registry;
+
+    #[test]
+    fn registry_has_unique_builtins() {
+        let r = Registry::builtin();
+        for name in super::BUILTIN_NAMES {
+            assert!(
+                r.entries().iter().any(|e| e.registration.name == *name),
+                "built-in `{name}` is not registered"
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for reg in engram_core::inventory::iter::<engram_core::registry::Registration> {
+            assert!(
+                seen.insert((reg.factory.kind(), reg.name)),
+                "`{}` registered twice",
+                reg.name
+            );
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! `standard`: the plain training step — one forward pass with an autodiff graph, one backward
+//! pass. The execution layer every other memory strategy wraps.
+
+use engram_core::burn::optim::GradientsParams;
+use engram_core::config::ParamSource;
+use engram_core::model::Activation;
+use engram_core::registry::BuildContext;
+use engram_core::strategy::{MemoryLayer, MemoryStrategy, Next, StepOutcome, StepRequest};
+use engram_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// `standard` takes no parameters.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StandardParams {}
+
+/// Forward the whole model, compute the loss, backward, collect parameter gradients.
+#[derive(Debug, Default)]
+pub struct Standard;
+
+/// Runs one plain step of `req`: forward on `req.batch.x` `[batch, features]`, loss × scale,
+/// backward. Gradients come back multiplied by `req.loss_scale`.
+///
+/// # Errors
+/// [`Error::Strategy`] when the loss is not finite and no loss scaling is active.
+pub fn plain_step(req: StepRequest<'_>) -> Result<StepOutcome> {
+    let ctx = engram_core::model::ForwardCtx {
+        task: req.batch.refs.first().map(|r| r.task as usize),
+    };
+    let logits = req
+        .model
+        .forward(Activation::Flat(req.batch.x.clone()), &ctx);
+    let (loss, ce) = req.loss.loss(req.model, logits, &req.batch);
+    let value = loss.clone().into_scalar::<f32>();
+    let sample_losses = ce.into_data().convert::<f32>().try_to_vec::<f32>().ok();
+    if !value.is_finite() && req.loss_scale == 1.0 {
+        return Err(Error::Strategy {
+            strategy: "standard".into(),
+            message: format!(
+                "the loss is {value}: training diverged (lower the learning rate or add clip_norm)"
+            ),
+        });
+    }
+    let scaled = if req.loss_scale == 1.0 {
+        loss
+    } else {
+        loss.mul_scalar(req.loss_scale)
+    };
+    let grads = scaled.backward();
+    let grads = GradientsParams::from_grads(grads, req.model);
+    Ok(StepOutcome {
+        loss: value,
+        sample_losses,
+        grads,
+        skipped: false,
+        loss_scale: None,
+    })
+}
+
+impl MemoryStrategy for Standard {
+    fn name(&self) -> &str {
+        "standard"
+    }
+    fn layer(&self) -> MemoryLayer {
+        MemoryLayer::Execution
+    }
+    fn step(&mut self, req: StepRequest<'_>, _next: Next<'_>) -> Result<StepOutcome> {
+        plain_step(req)
+    }
+}
+
+fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>> {
+    let _: StandardParams = src.parse()?;
+    Ok(Box::new(Standard))
+}
+
+engram_core::register_strategy!(memory "standard", "plain forward and backward with a full autodiff graph", StandardParams, build);
