@@ -28,7 +28,7 @@ pub struct BuildContext {
 }
 
 /// The three kinds of strategy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StrategyKind {
     /// A [`ForgettingStrategy`] (`[[forgetting]]`).

@@ -85,10 +85,17 @@ pub fn spec(name: &str) -> Result<&'static DatasetSpec> {
 }
 
 /// One split (train or test) as contiguous arrays.
+///
+/// Pixels stay bytes (a quarter of the memory of `f32`); [`Split::normalized_row`] turns a row
+/// into the model's input `(x/255 − mean)/std` when a batch is gathered.
 #[derive(Clone, Debug)]
 pub struct Split {
-    /// Normalised pixels `(x/255 − mean)/std`, row-major `[n, features]`.
-    pub images: Vec<f32>,
+    /// Raw pixels, row-major `[n, features]`.
+    pub images: Vec<u8>,
+    /// Per-pixel mean after scaling to `[0, 1]`.
+    pub mean: f32,
+    /// Per-pixel standard deviation after scaling to `[0, 1]`.
+    pub std: f32,
     /// Class labels `[n]`.
     pub labels: Vec<u8>,
     /// Features per sample (784 for 28×28).
@@ -106,9 +113,24 @@ impl Split {
         self.labels.is_empty()
     }
 
-    /// Sample `i`'s pixels, `[features]`.
-    pub fn row(&self, i: usize) -> &[f32] {
+    /// Sample `i`'s raw pixels, `[features]`.
+    pub fn row(&self, i: usize) -> &[u8] {
         &self.images[i * self.features..(i + 1) * self.features]
+    }
+
+    /// Sample `i`'s normalised pixels `(x/255 − mean)/std` appended to `out`, in the order
+    /// `perm` gives (`out[k] = x[perm[k]]`) when there is one.
+    pub fn normalized_row(&self, i: usize, perm: Option<&[u32]>, out: &mut Vec<f32>) {
+        let row = self.row(i);
+        let scale = 1.0 / (255.0 * self.std);
+        let shift = self.mean / self.std;
+        match perm {
+            Some(p) => out.extend(
+                p.iter()
+                    .map(|&j| f32::from(row[j as usize]) * scale - shift),
+            ),
+            None => out.extend(row.iter().map(|&x| f32::from(x) * scale - shift)),
+        }
     }
 }
 
@@ -224,14 +246,10 @@ fn load_split(dir: &Path, images: &str, labels: &str, spec: &DatasetSpec) -> Res
         ));
     }
     let features = img.dims[1] * img.dims[2];
-    let (m, s) = (spec.mean, spec.std);
-    let images = img
-        .data
-        .iter()
-        .map(|&p| (f32::from(p) / 255.0 - m) / s)
-        .collect();
     Ok(Split {
-        images,
+        images: img.data,
+        mean: spec.mean,
+        std: spec.std,
         labels: lab.data,
         features,
     })

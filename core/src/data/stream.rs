@@ -305,11 +305,8 @@ impl Stream {
         let mut x = Vec::with_capacity(refs.len() * f);
         let mut y = Vec::with_capacity(refs.len());
         for r in refs {
-            let row = split.row(r.index as usize);
-            match &self.tasks[r.task as usize].permutation {
-                Some(p) => x.extend(p.iter().map(|&j| row[j as usize])),
-                None => x.extend_from_slice(row),
-            }
+            let perm = self.tasks[r.task as usize].permutation.as_deref();
+            split.normalized_row(r.index as usize, perm.map(Vec::as_slice), &mut x);
             y.push(i64::from(split.labels[r.index as usize]));
         }
         let n = refs.len();
@@ -368,5 +365,152 @@ impl Stream {
             .into_iter()
             .map(|i| all[i])
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::dataset::{DATASETS, Dataset, Split};
+
+    /// 10 classes × 6 train and 3 test samples each, 4 "pixels" = [label, index, 0, 1].
+    fn toy() -> Arc<Dataset> {
+        let split = |per: usize| {
+            let mut images = Vec::new();
+            let mut labels = Vec::new();
+            for i in 0..10 * per {
+                let l = (i % 10) as u8;
+                images.extend_from_slice(&[l, i as u8, 0, 255]);
+                labels.push(l);
+            }
+            Split {
+                images,
+                labels,
+                features: 4,
+                mean: 0.0,
+                std: 1.0 / 255.0,
+            }
+        };
+        Arc::new(Dataset {
+            spec: &DATASETS[0],
+            dir: "toy".into(),
+            train: split(6),
+            test: split(3),
+            image_hw: (2, 2),
+        })
+    }
+
+    fn cfg(text: &str) -> DataConfig {
+        toml::from_str(&format!("dataset = \"fashion-mnist\"\n{text}")).unwrap()
+    }
+
+    #[test]
+    fn split_deals_classes_in_order() {
+        let s = Stream::build(toy(), &cfg("tasks = 5\nclasses_per_task = 2"), 0).unwrap();
+        assert_eq!(s.len(), 5);
+        let classes: Vec<Vec<usize>> = s.tasks.iter().map(|t| t.classes.clone()).collect();
+        assert_eq!(
+            classes,
+            vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7], vec![8, 9]]
+        );
+        for t in &s.tasks {
+            assert_eq!(t.train.len(), 12);
+            assert_eq!(t.test.len(), 6);
+            for &i in &t.train {
+                assert!(
+                    t.classes
+                        .contains(&(s.dataset.train.labels[i as usize] as usize))
+                );
+            }
+            assert!(t.permutation.is_none());
+        }
+    }
+
+    #[test]
+    fn class_order_and_validation_hold_out() {
+        let s = Stream::build(
+            toy(),
+            &cfg("tasks = 2\nclasses_per_task = 3\nclass_order = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]\nvalidation = 0.25"),
+            1,
+        )
+        .unwrap();
+        assert_eq!(s.tasks[0].classes, vec![9, 8, 7]);
+        assert_eq!(s.tasks[1].classes, vec![6, 5, 4]);
+        // 18 rows per task: round(18 × 0.25) = 5 held out, 13 kept, disjoint.
+        assert_eq!(s.tasks[0].validation.len(), 5);
+        assert_eq!(s.tasks[0].train.len(), 13);
+        assert!(
+            s.tasks[0]
+                .validation
+                .iter()
+                .all(|v| !s.tasks[0].train.contains(v))
+        );
+    }
+
+    #[test]
+    fn impossible_splits_are_errors() {
+        assert!(Stream::build(toy(), &cfg("tasks = 6\nclasses_per_task = 2"), 0).is_err());
+        assert!(Stream::build(toy(), &cfg("class_order = [0, 0, 1]"), 0).is_err());
+        assert!(Stream::build(toy(), &cfg("classes_per_task = 11"), 0).is_err());
+    }
+
+    #[test]
+    fn permutations_are_fixed_per_task_and_seed() {
+        let c = cfg("scenario = \"domain-incremental\"\ntasks = 3");
+        let a = Stream::build(toy(), &c, 7).unwrap();
+        let b = Stream::build(toy(), &c, 7).unwrap();
+        let other = Stream::build(toy(), &c, 8).unwrap();
+        let perm = |s: &Stream, t: usize| s.tasks[t].permutation.as_ref().unwrap().to_vec();
+        for t in 0..3 {
+            assert_eq!(perm(&a, t), perm(&b, t));
+            let mut sorted = perm(&a, t);
+            sorted.sort();
+            assert_eq!(sorted, vec![0, 1, 2, 3]);
+            assert_eq!(a.tasks[t].classes, (0..10).collect::<Vec<_>>());
+        }
+        assert!((0..3).any(|t| perm(&a, t) != perm(&other, t)));
+        // The gathered pixels follow the task's permutation, identically in every epoch.
+        let device = burn::tensor::Device::flex();
+        for epoch in 0..2 {
+            let order = a.epoch_order(1, epoch, 7);
+            let batch = a.batch(&order[..1], Part::Train, 1, &device);
+            let got = batch.x.into_data().try_to_vec::<f32>().unwrap();
+            let row = a.dataset.train.row(order[0].index as usize);
+            // mean 0 and std 1/255 make the normalised value the raw byte.
+            let want: Vec<f32> = perm(&a, 1)
+                .iter()
+                .map(|&j| f32::from(row[j as usize]))
+                .collect();
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn epoch_orders_are_shuffles_that_change_per_epoch() {
+        let s = Stream::build(toy(), &cfg(""), 3).unwrap();
+        let e0 = s.epoch_order(0, 0, 3);
+        let e1 = s.epoch_order(0, 1, 3);
+        assert_eq!(e0, s.epoch_order(0, 0, 3));
+        assert_ne!(e0, e1);
+        let mut a: Vec<u32> = e0.iter().map(|r| r.index).collect();
+        a.sort();
+        assert_eq!(a, s.tasks[0].train);
+        assert!(e0.iter().all(|r| r.task == 0));
+    }
+
+    #[test]
+    fn task_incremental_masks_other_classes() {
+        let s = Stream::build(toy(), &cfg("scenario = \"task-incremental\""), 0).unwrap();
+        let device = burn::tensor::Device::flex();
+        let refs = [SampleRef { task: 1, index: 2 }];
+        let b = s.batch(&refs, Part::Train, 1, &device);
+        let m = b
+            .logit_mask
+            .unwrap()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let allowed: Vec<usize> = (0..10).filter(|&k| m[k] == 0.0).collect();
+        assert_eq!(allowed, vec![2, 3]);
     }
 }

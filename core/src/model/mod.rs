@@ -484,3 +484,141 @@ pub fn unflatten_grads(model: &Model, flat: Vec<(ParamId, Tensor<1>)>) -> Gradie
     model.visit(&mut v);
     v.out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::mlp::{ActivationKind, build_mlp};
+    use super::*;
+    use burn::module::ModuleMapper;
+    use burn::tensor::{Int, TensorData, activation};
+
+    fn tiny() -> (Model, Tensor<2>, Tensor<1, Int>) {
+        let ad = Device::flex().autodiff();
+        let mut r = crate::rng::stream(0, "init", 0, 0);
+        let m = build_mlp(6, &[5, 4], 3, ActivationKind::Tanh, 0.0, &mut r, &ad);
+        let xv: Vec<f32> = (0..24).map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0).collect();
+        let x = Tensor::<2>::from_data(TensorData::new(xv, [4, 6]), &ad);
+        let y = Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1, 2, 1], [4]), &ad);
+        (m, x, y)
+    }
+
+    fn loss(m: &Model, x: &Tensor<2>, y: &Tensor<1, Int>) -> Tensor<1> {
+        let logits = m.forward(Activation::Flat(x.clone()), &ForwardCtx::default());
+        let lp = activation::log_softmax(logits, 1);
+        lp.gather(1, y.clone().reshape([4, 1]))
+            .reshape([4])
+            .neg()
+            .mean()
+    }
+
+    /// Adds `delta` to element `k` of parameter `id`.
+    struct Bump {
+        id: ParamId,
+        k: usize,
+        delta: f32,
+    }
+
+    impl ModuleMapper for Bump {
+        fn map_float<const D: usize>(&mut self, p: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            if p.id != self.id {
+                return p;
+            }
+            let (k, d) = (self.k, self.delta);
+            p.map(|t| {
+                let shape = t.dims();
+                let mut v = t.clone().into_data().try_to_vec::<f32>().unwrap();
+                v[k] += d;
+                Tensor::from_data(TensorData::new(v, shape.to_vec()), &t.device())
+            })
+        }
+    }
+
+    #[test]
+    fn paths_ids_and_shapes() {
+        let (m, _, _) = tiny();
+        let p = m.params();
+        let paths: Vec<&str> = p.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "blocks.0.linear.weight",
+                "blocks.0.linear.bias",
+                "blocks.1.linear.weight",
+                "blocks.1.linear.bias",
+                "blocks.2.linear.weight",
+                "blocks.2.linear.bias"
+            ]
+        );
+        assert_eq!(p[0].shape, vec![6, 5]);
+        assert_eq!(m.numel(), 6 * 5 + 5 + 5 * 4 + 4 + 4 * 3 + 3);
+        assert_eq!(m.blocks()[2].inner().kind(), "head");
+    }
+
+    #[test]
+    fn gradients_through_boxed_blocks_match_finite_differences() {
+        let (m, x, y) = tiny();
+        let grads = GradientsParams::from_grads(loss(&m, &x, &y).backward(), &m);
+        let valid = m.valid();
+        let (xi, yi) = (x.inner(), y.inner());
+        let mut checked = 0;
+        for (p, g) in m.flat_grads(&grads) {
+            let g = g.into_data().try_to_vec::<f32>().unwrap();
+            assert_eq!(g.len(), p.numel());
+            for k in [0, p.numel() / 2, p.numel() - 1] {
+                let eps = 1e-2f32;
+                let f = |delta: f32| {
+                    let mm = valid.clone().map(&mut Bump { id: p.id, k, delta });
+                    f64::from(loss(&mm, &xi, &yi).into_scalar::<f32>())
+                };
+                let fd = (f(eps) - f(-eps)) / (2.0 * f64::from(eps));
+                let err = (fd - f64::from(g[k])).abs();
+                assert!(
+                    err < 1e-3,
+                    "{} [{k}]: autodiff {} vs finite difference {fd}",
+                    p.path,
+                    g[k]
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 18);
+    }
+
+    #[test]
+    fn unflatten_restores_shapes() {
+        let (m, x, y) = tiny();
+        let grads = GradientsParams::from_grads(loss(&m, &x, &y).backward(), &m);
+        let flat = m.flat_grads(&grads);
+        let want: Vec<Vec<f32>> = flat
+            .iter()
+            .map(|(_, g)| g.clone().into_data().try_to_vec::<f32>().unwrap())
+            .collect();
+        let back = unflatten_grads(&m, flat.into_iter().map(|(p, g)| (p.id, g)).collect());
+        let got: Vec<Vec<f32>> = m
+            .flat_grads(&back)
+            .into_iter()
+            .map(|(_, g)| g.into_data().try_to_vec::<f32>().unwrap())
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn replace_and_push_blocks_route_the_forward() {
+        let (mut m, x, _) = tiny();
+        let n = m.num_blocks();
+        assert!(!m.replace_block(n, |b| b));
+        let old = m.forward(Activation::Flat(x.clone()), &ForwardCtx::default());
+        // Swap the head for a copy of itself: same output, same number of parameters.
+        assert!(m.replace_block(n - 1, |b| b.clone()));
+        let same = m.forward(Activation::Flat(x.clone()), &ForwardCtx::default());
+        assert_eq!(
+            old.into_data().try_to_vec::<f32>().unwrap(),
+            same.into_data().try_to_vec::<f32>().unwrap()
+        );
+        assert!(
+            m.blocks()[n - 1]
+                .downcast_ref::<super::mlp::HeadBlock>()
+                .is_some()
+        );
+    }
+}

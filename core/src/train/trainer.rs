@@ -373,6 +373,7 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
             };
             let (mut epoch_loss, mut epoch_steps) = (0.0f64, 0usize);
             let (mut win_loss, mut win_steps, mut win_samples) = (0.0f64, 0usize, 0usize);
+            let mut last_lr = c.optimizer.lr;
             for chunk in order.chunks(c.train.batch_size) {
                 let position = Position {
                     task: round,
@@ -444,6 +445,7 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
                     let name = f.name().to_string();
                     f.after_step(&scx).map_err(|e| strategy_err(&name, e))?;
                 }
+                last_lr = controls.lr;
                 counters.steps += 1;
                 counters.samples += rows;
                 epoch_loss += f64::from(outcome.loss);
@@ -469,6 +471,17 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
                 if step_in_task.is_multiple_of(20) {
                     bar.set_message(format!("loss {:.4}", outcome.loss));
                 }
+            }
+            if win_steps > 0 {
+                logs.push(StepLog {
+                    task: round,
+                    epoch,
+                    step: step_in_task - 1,
+                    global_step: global_step - 1,
+                    loss: win_loss / win_steps as f64,
+                    lr: last_lr,
+                    samples: win_samples,
+                });
             }
             last_epoch_loss = epoch_loss / epoch_steps.max(1) as f64;
         }
@@ -610,4 +623,33 @@ fn progress_bar(
     );
     bar.set_prefix(label);
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::mlp::{ActivationKind, build_mlp};
+    use burn::tensor::TensorData;
+
+    #[test]
+    fn global_norm_clipping_scales_all_gradients_together() {
+        let ad = Device::flex().autodiff();
+        let mut r = rng::stream(0, "init", 0, 0);
+        let m = build_mlp(3, &[2], 2, ActivationKind::Relu, 0.0, &mut r, &ad);
+        let x = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, -2.0, 3.0], [1, 3]), &ad);
+        let out = m.forward(Activation::Flat(x), &ForwardCtx::default());
+        let grads = GradientsParams::from_grads(out.powf_scalar(2.0).sum().backward(), &m);
+        let norm = global_grad_norm(&m, &grads);
+        let by_hand: f64 = m
+            .flat_grads(&grads)
+            .iter()
+            .flat_map(|(_, g)| g.clone().into_data().try_to_vec::<f32>().unwrap())
+            .map(|v| f64::from(v) * f64::from(v))
+            .sum::<f64>()
+            .sqrt();
+        assert!((norm - by_hand).abs() < 1e-5 * by_hand.max(1.0));
+        let (clipped, before) = clip_global_norm(&m, grads, norm / 4.0);
+        assert!((before - norm).abs() < 1e-9);
+        assert!((global_grad_norm(&m, &clipped) - norm / 4.0).abs() < 1e-4 * norm);
+    }
 }

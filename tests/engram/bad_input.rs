@@ -1,0 +1,220 @@
+//! Malformed configs: each is a typed error with a position where one exists, exit code 2,
+//! no panic, and nothing written to the out dir.
+
+use crate::util::{run, small_config};
+
+struct Case {
+    name: &'static str,
+    text: &'static str,
+    /// A substring the message must contain (position and/or hint).
+    expect: &'static str,
+}
+
+const MIN: &str = "[data]\ndataset = \"fashion-mnist\"\n[model]\ntype = \"mlp\"\n";
+
+fn cases() -> Vec<(String, String, &'static str)> {
+    let fixed = [
+        Case {
+            name: "unclosed",
+            text: "[run\nseed = 1\n",
+            expect: ":1:",
+        },
+        Case {
+            name: "string_seed",
+            text: "[run]\nseed = \"one\"\n",
+            expect: ":2:8:",
+        },
+        Case {
+            name: "empty",
+            text: "",
+            expect: "missing field `data`",
+        },
+        Case {
+            name: "binary",
+            text: "\u{0}\u{1} garbage",
+            expect: ":1:",
+        },
+        Case {
+            name: "no_model",
+            text: "[data]\ndataset = \"fashion-mnist\"\n",
+            expect: "missing field `model`",
+        },
+        Case {
+            name: "bad_dataset",
+            text: "[data]\ndataset = \"no-such-dataset\"\n[model]\ntype = \"mlp\"\n",
+            expect: "known: fashion-mnist, mnist",
+        },
+    ];
+    let mut v: Vec<(String, String, &'static str)> = fixed
+        .into_iter()
+        .map(|c| (c.name.to_string(), c.text.to_string(), c.expect))
+        .collect();
+    let with_min = [
+        (
+            "unknown_key",
+            "[train]\nepochz = 3\n",
+            ":6:1: unknown field `epochz`",
+        ),
+        (
+            "did_you_mean_key",
+            "[train]\nbatchsize = 3\n",
+            "did you mean `batch_size`?",
+        ),
+        (
+            "unknown_strategy",
+            "[[forgetting]]\ntype = \"naiv\"\n",
+            "did you mean `naive`?",
+        ),
+        (
+            "strategy_key",
+            "[[forgetting]]\ntype = \"naive\"\nbogus_key = 1\n",
+            ":7:1: unknown field `bogus_key`",
+        ),
+        ("no_type", "[[forgetting]]\nlambda = 1\n", "missing `type"),
+        ("bad_scenario", "[run]\nseed = 1\n", ""),
+        ("scenario_value", "", ""),
+        (
+            "negative_lr",
+            "[optimizer]\nlr = -1.0\n",
+            "learning rate -1 must be positive",
+        ),
+        (
+            "zero_batch",
+            "[train]\nbatch_size = 0\n",
+            "must be at least 1",
+        ),
+        (
+            "memory_unknown",
+            "[[memory]]\ntype = \"checkpointt\"\n",
+            "unknown memory strategy",
+        ),
+        (
+            "bad_device",
+            "[run]\ndevice = \"tpu\"\n",
+            "unknown device `tpu`",
+        ),
+        (
+            "wrong_table_type",
+            "train = 3\n",
+            "invalid type: integer `3`, expected struct TrainConfig",
+        ),
+        ("model_type", "", ""),
+        ("too_many_tasks", "", ""),
+    ];
+    for (name, extra, expect) in with_min {
+        let text = match name {
+            // Duplicate [run] table.
+            "bad_scenario" => format!("[run]\nseed = 2\n{MIN}{extra}"),
+            "scenario_value" => MIN.replace(
+                "\"fashion-mnist\"\n",
+                "\"fashion-mnist\"\nscenario = \"online\"\n",
+            ),
+            "model_type" => MIN.replace("\"mlp\"", "\"transformerr\""),
+            "wrong_table_type" => format!("{extra}{MIN}"),
+            "too_many_tasks" => MIN.replace(
+                "\"fashion-mnist\"\n",
+                "\"fashion-mnist\"\ntasks = 7\nclasses_per_task = 2\n",
+            ),
+            _ => format!("{MIN}{extra}"),
+        };
+        let expect = match name {
+            "bad_scenario" => "duplicate key",
+            "scenario_value" => "unknown variant `online`",
+            "model_type" => "unknown model type `transformerr`",
+            "too_many_tasks" => "7 tasks × 2 classes",
+            _ => expect,
+        };
+        v.push((name.to_string(), text, expect));
+    }
+    v
+}
+
+#[test]
+fn malformed_configs_are_positioned_typed_errors() {
+    let d = tempfile::tempdir().unwrap();
+    let cases = cases();
+    assert!(cases.len() >= 10);
+    for (name, text, expect) in cases {
+        let f = d.path().join(format!("{name}.toml"));
+        std::fs::write(&f, text.as_bytes()).unwrap();
+        let out = d.path().join(format!("out-{name}"));
+        let (code, msg) = run(&["run", f.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: exit code {code}, output:\n{msg}");
+        assert!(!msg.contains("panicked"), "{name} panicked:\n{msg}");
+        assert!(msg.contains(expect), "{name}: want `{expect}` in:\n{msg}");
+        assert!(
+            !out.exists(),
+            "{name}: a bad config left {} behind",
+            out.display()
+        );
+        // `validate` agrees with `run`.
+        let (vcode, _) = run(&["validate", f.to_str().unwrap()]);
+        assert_eq!(vcode, 2, "{name}: validate exit code");
+    }
+}
+
+#[test]
+fn missing_config_and_bad_overrides() {
+    let (code, msg) = run(&["run", "/nonexistent/x.toml"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("/nonexistent/x.toml"), "{msg}");
+    let d = tempfile::tempdir().unwrap();
+    let f = small_config(d.path(), "ok.toml", "");
+    let (code, msg) = run(&["validate", f.to_str().unwrap(), "--set", "train.epochs"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("has no `=`"), "{msg}");
+    let (code, msg) = run(&[
+        "validate",
+        f.to_str().unwrap(),
+        "--set",
+        "train.epochs=\"x\"",
+    ]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("invalid type"), "{msg}");
+    let (code, msg) = run(&["validate", f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("ok (2 tasks"), "{msg}");
+}
+
+#[test]
+fn missing_dataset_says_how_to_get_it() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("mnist.toml");
+    std::fs::write(&f, MIN.replace("fashion-mnist", "mnist")).unwrap();
+    let (code, msg) = crate::util::output(
+        crate::util::engram()
+            .args([
+                "run",
+                f.to_str().unwrap(),
+                "--out",
+                d.path().join("o").to_str().unwrap(),
+            ])
+            .env("ENGRAM_DATA", d.path())
+            .output()
+            .unwrap(),
+    );
+    if std::path::Path::new("/usr/share/datasets/mnist/train-images-idx3-ubyte.gz").exists() {
+        return; // MNIST is installed here: nothing is missing.
+    }
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("dataset `mnist` not found"), "{msg}");
+    assert!(msg.contains("engram data fetch mnist"), "{msg}");
+    assert!(!d.path().join("o").exists());
+}
+
+#[test]
+fn unknown_device_and_missing_backend() {
+    let d = tempfile::tempdir().unwrap();
+    let f = small_config(d.path(), "c.toml", "");
+    let (code, msg) = run(&[
+        "validate",
+        f.to_str().unwrap(),
+        "--set",
+        "run.device=\"cuda\"",
+    ]);
+    if cfg!(feature = "cuda") {
+        return;
+    }
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("built without CUDA"), "{msg}");
+}

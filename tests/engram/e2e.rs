@@ -1,0 +1,225 @@
+//! End to end on a slice of the real Fashion-MNIST: the report, its metrics against the
+//! matrix, determinism, multi-seed aggregation, the joint and permuted scenarios.
+
+use crate::util::{run, small_config};
+use serde_json::Value;
+use std::path::Path;
+
+fn report(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
+}
+
+fn matrix(r: &Value) -> Vec<Vec<f64>> {
+    r["accuracy_matrix"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// The report without the keys that measure the machine.
+fn stable(mut r: Value) -> Value {
+    for k in r["machine_dependent_keys"].as_array().unwrap().clone() {
+        r.as_object_mut().unwrap().remove(k.as_str().unwrap());
+    }
+    r
+}
+
+#[test]
+fn two_real_tasks_report_and_metrics() {
+    let d = tempfile::tempdir().unwrap();
+    let f = small_config(d.path(), "split.toml", "");
+    let out = d.path().join("out");
+    let (code, msg) = run(&["run", f.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(
+        msg.contains("accuracy matrix"),
+        "summary table printed:\n{msg}"
+    );
+    let r = report(&out);
+    let m = matrix(&r);
+    assert_eq!(m.len(), 2);
+    assert!(m[0][0] > 0.9 && m[1][1] > 0.8, "learned each task: {m:?}");
+    // Class-incremental naive: the new task overwrites the old one.
+    assert!(m[1][0] < m[0][0], "forgetting happened: {m:?}");
+    // The metrics are the formulas applied to this matrix.
+    let b: Vec<f64> = r["random_init_accuracy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let x = &r["metrics"];
+    let close = |a: &Value, b: f64| (a.as_f64().unwrap() - b).abs() < 1e-9;
+    assert!(close(&x["acc"], (m[1][0] + m[1][1]) / 2.0));
+    assert!(close(&x["bwt"], m[1][0] - m[0][0]));
+    assert!(close(&x["forgetting"], m[0][0] - m[1][0]));
+    assert!(close(&x["fwt"], m[0][1] - b[1]));
+    assert!(close(&x["retention"], m[1][0] / m[0][0]));
+    // The documented keys exist.
+    assert_eq!(r["schema_version"], 1);
+    assert!(r["memory"]["peak_bytes"].as_u64().unwrap() > 0);
+    assert!(r["throughput"]["train_samples_per_s"].as_f64().unwrap() > 0.0);
+    assert!(r["timings"]["total_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["tasks"][0]["train_samples"], 1000);
+    // CSVs: one row per cell; steps logged every 10 steps.
+    let csv = std::fs::read_to_string(out.join("metrics.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 4);
+    assert!(csv.starts_with("trained_task,evaluated_task,accuracy,samples\n0,0,"));
+    let steps = std::fs::read_to_string(out.join("steps.csv")).unwrap();
+    assert!(steps.starts_with("task,epoch,step,global_step,loss,lr,samples\n"));
+    // 2 tasks × ceil(1000/64) = 16 steps: a window of 10 and the remaining 6 per task.
+    assert_eq!(steps.lines().count(), 1 + 4, "{steps}");
+    assert!(steps.contains("\n0,0,15,15,"), "{steps}");
+    assert!(out.join("config.toml").is_file());
+}
+
+#[test]
+fn same_seed_same_report_and_seeds_aggregate() {
+    let d = tempfile::tempdir().unwrap();
+    let f = small_config(d.path(), "det.toml", "");
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    for o in [&a, &b] {
+        let (code, msg) = run(&[
+            "run",
+            f.to_str().unwrap(),
+            "--out",
+            o.to_str().unwrap(),
+            "-q",
+        ]);
+        assert_eq!(code, 0, "{msg}");
+    }
+    assert_eq!(stable(report(&a)), stable(report(&b)));
+    // Another seed changes the run.
+    let c = d.path().join("c");
+    let (code, _) = run(&[
+        "run",
+        f.to_str().unwrap(),
+        "--out",
+        c.to_str().unwrap(),
+        "--seed",
+        "5",
+        "-q",
+    ]);
+    assert_eq!(code, 0);
+    assert_ne!(matrix(&report(&a)), matrix(&report(&c)));
+    // Several seeds: one run each plus mean ± std.
+    let s = d.path().join("seeds");
+    let (code, msg) = run(&[
+        "run",
+        f.to_str().unwrap(),
+        "--out",
+        s.to_str().unwrap(),
+        "--seeds",
+        "0,5",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("mean ± std over 2 seeds"), "{msg}");
+    let agg: Value =
+        serde_json::from_slice(&std::fs::read(s.join("aggregate.json")).unwrap()).unwrap();
+    let acc0 = report(&s.join("seed-0"))["metrics"]["acc"]
+        .as_f64()
+        .unwrap();
+    let acc5 = report(&s.join("seed-5"))["metrics"]["acc"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(acc0, report(&a)["metrics"]["acc"].as_f64().unwrap());
+    let mean = agg["metrics"]["acc"]["mean"].as_f64().unwrap();
+    assert!((mean - (acc0 + acc5) / 2.0).abs() < 1e-12);
+    let sd = agg["metrics"]["acc"]["std"].as_f64().unwrap();
+    assert!((sd - (acc0 - acc5).abs() / 2f64.sqrt()).abs() < 1e-12);
+}
+
+#[test]
+fn joint_and_permuted_and_task_incremental() {
+    let d = tempfile::tempdir().unwrap();
+    let f = small_config(d.path(), "joint.toml", "joint = true\n");
+    let o = d.path().join("joint");
+    let (code, msg) = run(&[
+        "run",
+        f.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    let r = report(&o);
+    let m = matrix(&r);
+    assert_eq!(
+        (m.len(), m[0].len()),
+        (1, 2),
+        "joint: one row over both tasks"
+    );
+    assert!(m[0].iter().all(|&a| a > 0.8), "{m:?}");
+    assert!(r["metrics"]["bwt"].is_null());
+
+    let f = small_config(d.path(), "perm.toml", "");
+    let o = d.path().join("perm");
+    let (code, msg) = run(&[
+        "run",
+        f.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "-q",
+        "--set",
+        "data.scenario=\"domain-incremental\"",
+        "--set",
+        "data.classes_per_task=10",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    let r = report(&o);
+    assert_eq!(r["scenario"], "domain-incremental");
+    assert_eq!(r["tasks"][1]["classes"].as_array().unwrap().len(), 10);
+    assert!(matrix(&r)[1][1] > 0.5);
+
+    let f = small_config(d.path(), "til.toml", "");
+    let o = d.path().join("til");
+    let (code, msg) = run(&[
+        "run",
+        f.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "-q",
+        "--set",
+        "data.scenario=\"task-incremental\"",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    // With the task id known, the old task survives much better than class-incrementally.
+    let m = matrix(&report(&o));
+    assert!(m[1][0] > 0.6, "task-incremental keeps task 0: {m:?}");
+}
+
+#[test]
+fn list_shows_builtins_with_origin() {
+    let (code, msg) = run(&["list", "--json"]);
+    assert_eq!(code, 0, "{msg}");
+    let v: Value = serde_json::from_str(&msg).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    for n in engram::strategies::BUILTIN_NAMES {
+        assert!(names.contains(n), "{n} missing from {names:?}");
+    }
+    assert!(
+        v.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["origin"] == "built-in")
+    );
+    let (code, text) = run(&["list"]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains("[forgetting]") && text.contains("naive"),
+        "{text}"
+    );
+}

@@ -1,0 +1,10 @@
+//! engram's integration tests: one test binary (each extra binary links Burn again).
+//!
+//! They run the real `engram` binary and the library on small slices of the real
+//! Fashion-MNIST (Debian's `dataset-fashion-mnist`, installed by `.ci/run`).
+
+mod bad_input;
+mod corrupt_data;
+mod e2e;
+mod fetch;
+mod util;
