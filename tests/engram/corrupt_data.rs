@@ -88,7 +88,7 @@ fn corrupt_idx_files_are_typed_errors() {
         (
             "label_range",
             "t10k-labels-idx1-ubyte",
-            encode_idx(&[N as u32], &vec![12u8; N]),
+            encode_idx(&[N as u32], &[12u8; N]),
             "label 12 outside",
         ),
         (
