@@ -644,6 +644,35 @@ impl ParamSource {
         T::deserialize(ValueDeserializer::from(value)).map_err(|e| toml_error(&self.file, src, &e))
     }
 
+    /// A positioned [`Error::Config`] about key `key` of this entry (at the entry when the key
+    /// is absent), for checks that serde cannot express.
+    pub fn key_error(&self, key: &str, message: String, hint: Option<String>) -> Error {
+        let src: &str = &self.source;
+        let offset = DeTable::parse(src).ok().and_then(|doc| {
+            let v = doc.get_ref().get(self.list)?;
+            let entry = match v.get_ref() {
+                DeValue::Array(a) => a.get(self.index)?.clone(),
+                _ => v.clone(),
+            };
+            let start = entry.span().start;
+            match entry.get_ref() {
+                DeValue::Table(t) => Some(
+                    t.get_key_value(key)
+                        .map_or(start, |(k, _)| k.span().start),
+                ),
+                _ => Some(start),
+            }
+        });
+        let (line, column) = line_col(src, offset.unwrap_or(0));
+        Error::Config {
+            file: self.file.clone(),
+            line,
+            column,
+            message,
+            hint,
+        }
+    }
+
     /// The strategy list this entry belongs to.
     pub fn list(&self) -> &str {
         self.list

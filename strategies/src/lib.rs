@@ -6,6 +6,8 @@
 //! | name | kind | file |
 //! |---|---|---|
 //! | `naive` | forgetting | [`naive`] |
+//! | `ewc` | forgetting | [`ewc`] |
+//! | `replay` | forgetting | [`replay`] |
 //! | `standard` | memory | [`standard`] |
 //! | `constant` | scheduler | [`constant`] |
 //!
@@ -13,11 +15,13 @@
 //! unlinked crate vanish; the `engram` facade calls [`link`] so that they are always present.
 
 pub mod constant;
+pub mod ewc;
 pub mod naive;
+pub mod replay;
 pub mod standard;
 
 /// Names of every built-in strategy of this crate (checked against the registry by a test).
-pub const BUILTIN_NAMES: &[&str] = &["naive", "standard", "constant"];
+pub const BUILTIN_NAMES: &[&str] = &["naive", "ewc", "replay", "standard", "constant"];
 
 /// Forces this crate to be linked (its `inventory` registrations live in it).
 #[inline(never)]

@@ -55,7 +55,8 @@ pub struct Batch {
     pub x: Tensor<2>,
     /// Class labels `[batch]`.
     pub y: Tensor<1, Int>,
-    /// Per-sample loss weights `[batch]`; `None` means all 1.
+    /// Per-sample loss weights `[batch]`: the task loss is `Σ w_i·CE_i`; `None` means the plain
+    /// mean (`w_i = 1/batch`).
     pub weights: Option<Tensor<1>>,
     /// Additive logit mask `[batch, classes]` (0 or −1e9), for task-incremental training.
     pub logit_mask: Option<Tensor<2>>,
@@ -76,20 +77,12 @@ impl Batch {
         self.refs.is_empty()
     }
 
-    /// Appends `other`'s rows (with their weights and masks) after this batch's rows.
+    /// Appends `other`'s rows (with their masks) after this batch's rows. Weights are
+    /// dropped: the result's loss is the plain mean over all rows; a strategy that wants other
+    /// weights sets them on the result.
     pub fn concat(self, other: Batch) -> Batch {
         let (n1, n2) = (self.len(), other.len());
         let device = self.x.device();
-        let weights = match (self.weights, other.weights) {
-            (None, None) => None,
-            (a, b) => Some(Tensor::cat(
-                vec![
-                    a.unwrap_or_else(|| Tensor::ones([n1], &device)),
-                    b.unwrap_or_else(|| Tensor::ones([n2], &device)),
-                ],
-                0,
-            )),
-        };
         let logit_mask = match (self.logit_mask, other.logit_mask) {
             (None, None) => None,
             (a, b) => {
@@ -108,7 +101,7 @@ impl Batch {
         Batch {
             x: Tensor::cat(vec![self.x, other.x], 0),
             y: Tensor::cat(vec![self.y, other.y], 0),
-            weights,
+            weights: None,
             logit_mask,
             refs,
             new_samples: self.new_samples,

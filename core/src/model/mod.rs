@@ -340,6 +340,82 @@ impl Model {
         v.out
     }
 
+    /// The same model with every training flag off (dropout inactive, batch-norm statistics
+    /// frozen) but parameters still tracked: for passes that need gradients in evaluation mode,
+    /// such as Fisher information.
+    pub fn eval_mode(&self) -> Model {
+        struct FlagsOff;
+        impl ModuleMapper for FlagsOff {
+            fn map_flag(&mut self, flag: Param<burn::module::Flag>) -> Param<burn::module::Flag> {
+                flag.with_value(false)
+            }
+        }
+        self.clone().map(&mut FlagsOff)
+    }
+
+    /// Replaces parameter values outside autodiff: `f(info, value)` gets each float
+    /// parameter's value flattened to `[numel]` (untracked) and returns the new value, or
+    /// `None` to keep it. Ids, gradient requirements and checkpointing strategies are kept, as
+    /// burn-optim keeps them. For proximal updates and projections after an optimiser step.
+    pub fn update_params(
+        self,
+        f: &mut dyn FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>,
+    ) -> Model {
+        struct Updater<'a> {
+            path: Vec<String>,
+            f: &'a mut dyn FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>,
+        }
+        impl ModuleMapper for Updater<'_> {
+            fn enter_module(&mut self, name: &str, _container_type: &str) {
+                self.path.push(name.to_string());
+            }
+            fn exit_module(&mut self, _name: &str, _container_type: &str) {
+                self.path.pop();
+            }
+            fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+                let (id, tensor, mapper) = param.consume();
+                let shape: [usize; D] = tensor.dims();
+                let info = ParamInfo {
+                    path: self.path.join("."),
+                    id,
+                    shape: shape.to_vec(),
+                };
+                let require_grad = tensor.is_require_grad();
+                let strategy = tensor.gradient_checkpointing_strategy();
+                let is_autodiff = tensor.is_autodiff();
+                let flat = tensor.clone().inner().reshape([info.numel()]);
+                let tensor = match (self.f)(&info, flat) {
+                    Some(new) => {
+                        let mut t: Tensor<D> = new.reshape(shape);
+                        if is_autodiff {
+                            t = Tensor::from_inner(t);
+                            if let Some(s) = strategy {
+                                t = t.with_gradient_checkpointing_strategy(s);
+                            }
+                            if require_grad {
+                                t = t.require_grad();
+                            }
+                        }
+                        t
+                    }
+                    None => tensor,
+                };
+                Param::from_mapped_value(id, tensor, mapper)
+            }
+        }
+        self.map(&mut Updater {
+            path: Vec::new(),
+            f,
+        })
+    }
+
+    /// Gradients of scalar `loss` `[1]` with respect to every parameter, flattened to
+    /// `[numel]` each, in module order (parameters without a gradient are skipped).
+    pub fn grads_of(&self, loss: Tensor<1>) -> Vec<(ParamInfo, Tensor<1>)> {
+        let grads = GradientsParams::from_grads(loss.backward(), self);
+        self.flat_grads(&grads)
+    }
+
     /// Total number of scalar parameters.
     pub fn numel(&self) -> usize {
         self.params().iter().map(ParamInfo::numel).sum()

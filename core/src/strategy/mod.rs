@@ -9,6 +9,7 @@
 //!     ForgettingStrategy::prepare_batch -> e.g. replay mixes in stored samples
 //!     MemoryStrategy chain::step        -> loss (task loss + Σ ForgettingStrategy::penalty), grads
 //!     trainer: clip, optimiser step
+//!     ForgettingStrategy::after_update  -> e.g. EWC's proximal pull towards old solutions
 //!     ForgettingStrategy::after_step    -> e.g. replay priorities from per-sample losses
 //! ForgettingStrategy::after_task        -> e.g. EWC's Fisher information, buffer update
 //! evaluate every task                    -> row t of the accuracy matrix
@@ -195,6 +196,12 @@ pub trait ForgettingStrategy: Send {
     /// A loss term added to the task loss, as a tracked scalar `[1]` (`None`: nothing).
     fn penalty(&self, _model: &Model, _cx: &BatchContext<'_>) -> Option<Tensor<1>> {
         None
+    }
+
+    /// May change the parameters after the optimiser step (proximal updates, projections).
+    /// The default keeps them.
+    fn after_update(&mut self, model: Model, _cx: &BatchContext<'_>) -> Result<Model> {
+        Ok(model)
     }
 
     /// Called after each optimiser step.

@@ -160,9 +160,11 @@ pub fn per_sample_cross_entropy(logits: Tensor<2>, batch: &Batch) -> Tensor<1> {
         .neg()
 }
 
-/// The loss of a training step: weighted mean cross-entropy plus every strategy's penalty.
+/// The loss of a training step: cross-entropy plus every strategy's penalty.
 ///
-/// `task loss = Σ_i w_i·CE_i / Σ_i w_i` with `w_i = 1` unless a strategy set weights.
+/// `task loss = mean_i CE_i` when the batch has no weights, else `Σ_i w_i·CE_i` (a strategy
+/// that sets weights chooses their normalisation; replay's `every`/`weight` mode uses
+/// `1/n_new` for new rows and `weight/n_memory` for memory rows).
 pub struct TrainLoss<'a> {
     /// The forgetting strategies (their penalties are added).
     pub forgetting: &'a [Box<dyn ForgettingStrategy>],
@@ -174,7 +176,7 @@ impl LossFn for TrainLoss<'_> {
     fn loss(&self, model: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>) {
         let ce = per_sample_cross_entropy(logits, batch);
         let mut total = match &batch.weights {
-            Some(w) => (ce.clone() * w.clone()).sum() / w.clone().sum(),
+            Some(w) => (ce.clone() * w.clone()).sum(),
             None => ce.clone().mean(),
         };
         for f in self.forgetting {
@@ -434,6 +436,12 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
                         grads = clip_global_norm(&model, grads, max).0;
                     }
                     model = optim.step(controls.lr, model, grads);
+                    for f in p.forgetting.iter_mut() {
+                        let name = f.name().to_string();
+                        model = f
+                            .after_update(model, &bcx)
+                            .map_err(|e| strategy_err(&name, e))?;
+                    }
                 }
                 let scx = StepContext {
                     position: &position,
