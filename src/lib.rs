@@ -16,6 +16,7 @@
 
 pub mod bench;
 pub mod fetch;
+pub mod report;
 pub mod summary;
 
 pub use engram_core as core;

@@ -39,6 +39,11 @@ struct Cli {
 enum Command {
     /// Run an experiment: train on the stream, evaluate, write report.json.
     Run(RunArgs),
+    /// Continue a killed or interrupted run from its newest valid checkpoint.
+    Resume {
+        /// The run's output directory.
+        out: PathBuf,
+    },
     /// Check a config (syntax, keys, strategies, dataset) without running it.
     Validate {
         /// The experiment file.
@@ -62,6 +67,21 @@ enum Command {
     Bench {
         #[command(subcommand)]
         command: BenchCommand,
+    },
+    /// Render a run's plots (PNG and SVG): accuracy matrix, per-task accuracy, memory, loss
+    /// and learning rate.
+    Report {
+        /// The run's output directory (holds report.json and steps.csv).
+        dir: PathBuf,
+        /// Where to write the plots (default: DIR/plots).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Print several runs side by side (ACC, BWT, forgetting, FWT, retention, time, memory).
+    Compare {
+        /// Run output directories; a directory of `--seeds` runs shows mean ± std.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
     },
 }
 
@@ -128,6 +148,17 @@ fn main() -> ExitCode {
         );
     }));
     let cli = Cli::parse();
+    // Ctrl-C: the trainer writes a checkpoint at the next step and stops; a second Ctrl-C
+    // exits at once.
+    let _ = ctrlc::set_handler(|| {
+        use std::sync::atomic::Ordering;
+        if trainer::INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!(
+            "\nengram: interrupted; writing a checkpoint at the next step (Ctrl-C again to quit now)"
+        );
+    });
     let result = std::panic::catch_unwind(|| dispatch(&cli));
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
@@ -143,6 +174,14 @@ fn dispatch(cli: &Cli) -> Result<()> {
     let registry = engram::registry();
     match &cli.command {
         Command::Run(args) => run(cli, &registry, args),
+        Command::Resume { out } => {
+            let progress = !cli.quiet && std::io::stderr().is_terminal();
+            let report = trainer::resume(out, &registry, progress)?;
+            if !cli.quiet {
+                print!("{}", engram::summary::run_table(&report));
+            }
+            Ok(())
+        }
         Command::Validate { config, sets } => {
             let cfg = LoadedConfig::load(config, sets)?;
             let p = trainer::prepare(cfg, &registry)?;
@@ -188,6 +227,19 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     batch,
                 },
         } => bench_throughput(json.as_deref(), python, *steps, *batch),
+        Command::Report { dir, out } => {
+            let files = engram::report::render_dir(dir, out.as_deref())?;
+            if !cli.quiet {
+                for f in files {
+                    println!("{}", f.display());
+                }
+            }
+            Ok(())
+        }
+        Command::Compare { dirs } => {
+            print!("{}", engram::report::compare(dirs)?);
+            Ok(())
+        }
     }
 }
 

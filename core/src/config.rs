@@ -187,6 +187,9 @@ pub struct TrainConfig {
     pub clip_norm: Option<f64>,
     /// Log one row to steps.csv every this many steps. Default 10.
     pub log_every: usize,
+    /// Also write a checkpoint every this many steps (checkpoints are always written after
+    /// each task). Default: off.
+    pub checkpoint_every: Option<usize>,
 }
 
 impl Default for TrainConfig {
@@ -198,6 +201,7 @@ impl Default for TrainConfig {
             joint: false,
             clip_norm: None,
             log_every: 10,
+            checkpoint_every: None,
         }
     }
 }
@@ -656,10 +660,9 @@ impl ParamSource {
             };
             let start = entry.span().start;
             match entry.get_ref() {
-                DeValue::Table(t) => Some(
-                    t.get_key_value(key)
-                        .map_or(start, |(k, _)| k.span().start),
-                ),
+                DeValue::Table(t) => {
+                    Some(t.get_key_value(key).map_or(start, |(k, _)| k.span().start))
+                }
                 _ => Some(start),
             }
         });

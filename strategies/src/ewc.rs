@@ -350,9 +350,7 @@ impl Ewc {
             }
         }
         let n = count.max(1) as f32;
-        acc.into_iter()
-            .map(|(i, f)| (i, f.div_scalar(n)))
-            .collect()
+        acc.into_iter().map(|(i, f)| (i, f.div_scalar(n))).collect()
     }
 
     /// Adds task Fisher `fisher` anchored at `model`'s parameters to the consolidated state.
@@ -398,7 +396,11 @@ impl Ewc {
                             p.moment1 + f.clone() * theta.clone(),
                             p.moment2 + f * theta.clone() * theta,
                         ),
-                        None => (f.clone(), f.clone() * theta.clone(), f * theta.clone() * theta),
+                        None => (
+                            f.clone(),
+                            f.clone() * theta.clone(),
+                            f * theta.clone() * theta,
+                        ),
                     };
                     // m = B / A where A > 0; where A = 0 the term vanishes whatever m is.
                     let safe = a.clone().clamp_min(1e-30);
@@ -476,7 +478,10 @@ impl ForgettingStrategy for Ewc {
         if self.p.fisher_samples > 0 && refs.len() > self.p.fisher_samples {
             let mut r = rng::stream(cx.seed, "ewc-fisher", cx.task.index as u64, 0);
             let order = rng::permutation(refs.len(), &mut r);
-            refs = order[..self.p.fisher_samples].iter().map(|&i| refs[i]).collect();
+            refs = order[..self.p.fisher_samples]
+                .iter()
+                .map(|&i| refs[i])
+                .collect();
         }
         let gather = |rs: &[SampleRef]| cx.batch(rs);
         let fisher = self.fisher(cx.model, &refs, &gather);
@@ -488,10 +493,22 @@ impl ForgettingStrategy for Ewc {
     fn state(&self) -> Result<StrategyState> {
         let mut tensors = BTreeMap::new();
         for (path, a) in &self.anchors {
-            tensors.insert(format!("{path}/importance"), StateTensor::from_tensor(&a.importance));
-            tensors.insert(format!("{path}/center"), StateTensor::from_tensor(&a.center));
-            tensors.insert(format!("{path}/moment1"), StateTensor::from_tensor(&a.moment1));
-            tensors.insert(format!("{path}/moment2"), StateTensor::from_tensor(&a.moment2));
+            tensors.insert(
+                format!("{path}/importance"),
+                StateTensor::from_tensor(&a.importance),
+            );
+            tensors.insert(
+                format!("{path}/center"),
+                StateTensor::from_tensor(&a.center),
+            );
+            tensors.insert(
+                format!("{path}/moment1"),
+                StateTensor::from_tensor(&a.moment1),
+            );
+            tensors.insert(
+                format!("{path}/moment2"),
+                StateTensor::from_tensor(&a.moment2),
+            );
         }
         Ok(StrategyState {
             meta: serde_json::json!({
@@ -614,7 +631,10 @@ mod tests {
     }
 
     fn fisher_flat(e: &Ewc, m: &Model) -> Vec<f32> {
-        e.fisher(m, &refs(), &gather).iter().flat_map(|(_, f)| flat(f)).collect()
+        e.fisher(m, &refs(), &gather)
+            .iter()
+            .flat_map(|(_, f)| flat(f))
+            .collect()
     }
 
     fn assert_close(a: &[f32], b: &[f32], tol: f32) {
@@ -757,7 +777,11 @@ mod tests {
                 }
             }
             let mm = valid.clone().map(&mut B(d, false));
-            f64::from(e.penalty_value(&mm, 3.0, None).unwrap().into_scalar::<f32>())
+            f64::from(
+                e.penalty_value(&mm, 3.0, None)
+                    .unwrap()
+                    .into_scalar::<f32>(),
+            )
         };
         let fd = (bump(1e-2) - bump(-1e-2)) / 2e-2;
         assert!((fd - 0.15).abs() < 1e-3, "finite difference {fd}");
@@ -791,10 +815,17 @@ mod tests {
         let n = m.numel() as f32;
         // Separate: F1 = 1 at θ, F2 = 2 at θ + 1; at θ + 0.5 the penalty (λ = 2) is
         // Σ [1·0.25 + 2·0.25] = 0.75 N.
-        let mut sep = Ewc::new(EwcParams { stiffness_cap: 0.0, ..EwcParams::default() }).unwrap();
+        let mut sep = Ewc::new(EwcParams {
+            stiffness_cap: 0.0,
+            ..EwcParams::default()
+        })
+        .unwrap();
         sep.consolidate(&m, ones(1.0));
         sep.consolidate(&m2, ones(2.0));
-        let v = sep.penalty_value(&probe, 2.0, None).unwrap().into_scalar::<f32>();
+        let v = sep
+            .penalty_value(&probe, 2.0, None)
+            .unwrap()
+            .into_scalar::<f32>();
         assert!((v - 0.75 * n).abs() < 1e-3 * n, "{v} vs {}", 0.75 * n);
         // Online, γ = 0.5: F* = 0.5·1 + 2 = 2.5 anchored at θ + 1; at θ + 0.5:
         // Σ 2.5 · 0.25 = 0.625 N.
@@ -807,34 +838,51 @@ mod tests {
         .unwrap();
         onl.consolidate(&m, ones(1.0));
         onl.consolidate(&m2, ones(2.0));
-        let v = onl.penalty_value(&probe, 2.0, None).unwrap().into_scalar::<f32>();
+        let v = onl
+            .penalty_value(&probe, 2.0, None)
+            .unwrap()
+            .into_scalar::<f32>();
         assert!((v - 0.625 * n).abs() < 1e-3 * n, "{v}");
         // State round-trip.
         let st = sep.state().unwrap();
-        let mut back = Ewc::new(EwcParams { stiffness_cap: 0.0, ..EwcParams::default() }).unwrap();
+        let mut back = Ewc::new(EwcParams {
+            stiffness_cap: 0.0,
+            ..EwcParams::default()
+        })
+        .unwrap();
         back.load_state(st.clone(), &d).unwrap();
         assert_eq!(back.state().unwrap(), st);
-        let v2 = back.penalty_value(&probe, 2.0, None).unwrap().into_scalar::<f32>();
+        let v2 = back
+            .penalty_value(&probe, 2.0, None)
+            .unwrap()
+            .into_scalar::<f32>();
         assert!((v2 - 0.75 * n).abs() < 1e-3 * n);
     }
 
     #[test]
     fn groups_reduce_cap_and_dynamic_lambda() {
         let mut e = Ewc::new(EwcParams {
-            groups: vec![Group { pattern: "blocks\\.1\\.".into(), factor: 3.0 }],
+            groups: vec![Group {
+                pattern: "blocks\\.1\\.".into(),
+                factor: 3.0,
+            }],
             ..EwcParams::default()
         })
         .unwrap();
         assert_eq!(e.group_factor("blocks.1.linear.weight"), 3.0);
         assert_eq!(e.group_factor("blocks.0.linear.weight"), 1.0);
         assert_eq!(
-            Ewc::new(EwcParams::default()).unwrap().group_factor("blocks.2.attention.query.weight"),
+            Ewc::new(EwcParams::default())
+                .unwrap()
+                .group_factor("blocks.2.attention.query.weight"),
             3.0
         );
         let m = tiny();
         let fisher = e.fisher(&m, &refs(), &gather);
-        let raw: BTreeMap<String, Vec<f32>> =
-            fisher.iter().map(|(i, f)| (i.path.clone(), flat(f))).collect();
+        let raw: BTreeMap<String, Vec<f32>> = fisher
+            .iter()
+            .map(|(i, f)| (i.path.clone(), flat(f)))
+            .collect();
         e.p.reduce = Reduce::Mean;
         e.consolidate(&m, fisher);
         let w1 = &raw["blocks.1.linear.weight"];
@@ -849,7 +897,9 @@ mod tests {
         e.current_loss = (100.0, 1);
         assert!((e.effective_lambda(2.0) - 100.0 * 2.0 * 10.0).abs() < 1e-9);
         // The stiffness cap bounds λ·F per parameter.
-        let capped = e.penalty_value(&m.clone().map(&mut Bias), 1e9, Some(2.0)).unwrap();
+        let capped = e
+            .penalty_value(&m.clone().map(&mut Bias), 1e9, Some(2.0))
+            .unwrap();
         for (_, g) in m.clone().map(&mut Bias).grads_of(capped) {
             for v in flat(&g) {
                 assert!(v.abs() <= 2.0 * 0.1 + 1e-5, "capped gradient {v}");

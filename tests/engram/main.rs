@@ -4,7 +4,10 @@
 //! Fashion-MNIST (Debian's `dataset-fashion-mnist`, installed by `.ci/run`).
 
 mod bad_input;
+mod book;
 mod corrupt_data;
 mod e2e;
 mod fetch;
+mod report;
+mod resume;
 mod util;

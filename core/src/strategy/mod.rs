@@ -7,7 +7,7 @@
 //! for each epoch, for each batch:
 //!     Scheduler::controls              -> learning rate, regularisation scale, replay ratio
 //!     ForgettingStrategy::prepare_batch -> e.g. replay mixes in stored samples
-//!     MemoryStrategy chain::step        -> loss (task loss + Σ ForgettingStrategy::penalty), grads
+//!     MemoryStrategy chain::step        -> loss (task loss + Σ penalty + Σ logit_penalty), grads
 //!     trainer: clip, optimiser step
 //!     ForgettingStrategy::after_update  -> e.g. EWC's proximal pull towards old solutions
 //!     ForgettingStrategy::after_step    -> e.g. replay priorities from per-sample losses
@@ -195,6 +195,12 @@ pub trait ForgettingStrategy: Send {
 
     /// A loss term added to the task loss, as a tracked scalar `[1]` (`None`: nothing).
     fn penalty(&self, _model: &Model, _cx: &BatchContext<'_>) -> Option<Tensor<1>> {
+        None
+    }
+
+    /// A loss term on the batch's logits `[batch, classes]` (distillation-type methods:
+    /// logit replay, LwF), as a tracked scalar `[1]` (`None`: nothing).
+    fn logit_penalty(&self, _logits: &Tensor<2>, _batch: &Batch) -> Option<Tensor<1>> {
         None
     }
 

@@ -1,5 +1,6 @@
 //! The continual trainer, its metrics, memory accounting and report.
 
+pub mod checkpoint;
 pub mod memory;
 pub mod metrics;
 pub mod report;

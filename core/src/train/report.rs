@@ -173,7 +173,7 @@ pub struct Report {
 }
 
 /// One logged training step.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepLog {
     /// Task index.
     pub task: usize,

@@ -1,10 +1,11 @@
 //! The continual trainer: the loop of the crate docs, calling every strategy hook.
 
+use super::checkpoint::{self, Checkpoint, Progress};
 use super::memory::{self, PhaseMemory, PhaseMeter};
 use super::metrics;
 use super::report::{
-    Event, MACHINE_DEPENDENT_KEYS, MemoryReport, Report, SCHEMA_VERSION, StepLog, TaskSummary,
-    Throughput, Timings, TrainingCounters, Versions, steps_csv,
+    Event, MACHINE_DEPENDENT_KEYS, Report, SCHEMA_VERSION, StepLog, TaskSummary, Throughput,
+    Versions, steps_csv,
 };
 use crate::config::{LoadedConfig, OptimizerKind, Scenario};
 use crate::data::dataset;
@@ -174,6 +175,15 @@ pub struct TrainLoss<'a> {
 
 impl LossFn for TrainLoss<'_> {
     fn loss(&self, model: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>) {
+        let mut extra: Option<Tensor<1>> = None;
+        for f in self.forgetting {
+            if let Some(p) = f.logit_penalty(&logits, batch) {
+                extra = Some(match extra {
+                    Some(e) => e + p,
+                    None => p,
+                });
+            }
+        }
         let ce = per_sample_cross_entropy(logits, batch);
         let mut total = match &batch.weights {
             Some(w) => (ce.clone() * w.clone()).sum(),
@@ -183,6 +193,9 @@ impl LossFn for TrainLoss<'_> {
             if let Some(p) = f.penalty(model, self.cx) {
                 total = total + p;
             }
+        }
+        if let Some(e) = extra {
+            total = total + e;
         }
         (total, ce)
     }
@@ -263,62 +276,188 @@ fn strategy_err(name: &str, e: impl std::fmt::Display) -> Error {
     }
 }
 
-/// Runs a prepared experiment and writes its outputs into `opts.out`.
+/// Set by the binary's Ctrl-C handler; the trainer checkpoints and stops at the next step.
+pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn states<T: ?Sized>(
+    list: &[Box<T>],
+    name: impl Fn(&T) -> String,
+    state: impl Fn(&T) -> Result<crate::strategy::StrategyState>,
+) -> Result<Vec<(String, crate::strategy::StrategyState)>> {
+    list.iter().map(|s| Ok((name(s), state(s)?))).collect()
+}
+
+/// Captures everything needed to continue from `progress`.
+fn snapshot(
+    p: &Prepared,
+    model: &Model,
+    optim: &ModuleOptimizer,
+    progress: &Progress,
+) -> Result<Checkpoint> {
+    let rec = |e: burn::store::RecordError| Error::Other(format!("checkpoint: {e}"));
+    Ok(Checkpoint {
+        model: model
+            .clone()
+            .into_record()
+            .into_bytes()
+            .map_err(rec)?
+            .to_vec(),
+        optimizer: optim.into_bytes().map_err(rec)?.to_vec(),
+        progress: progress.clone(),
+        forgetting: states(&p.forgetting, |s| s.name().to_string(), |s| s.state())?,
+        memory: states(&p.memory, |s| s.name().to_string(), |s| s.state())?,
+        schedulers: states(&p.schedulers, |s| s.name().to_string(), |s| s.state())?,
+    })
+}
+
+/// Restores model, optimiser and strategy states from `ck` into a freshly prepared run.
+fn restore(
+    p: &mut Prepared,
+    model: Model,
+    optim: ModuleOptimizer,
+    ck: Checkpoint,
+    device: &Device,
+    path: &Path,
+) -> Result<(Model, ModuleOptimizer, Progress)> {
+    let bad = |m: String| Error::Checkpoint {
+        path: path.to_path_buf(),
+        message: m,
+    };
+    let record =
+        burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.model))
+            .map_err(|e| bad(format!("model: {e}")))?;
+    let model = model
+        .try_load_record(record)
+        .map_err(|e| bad(format!("model does not match the config: {e}")))?;
+    let optim = optim
+        .from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.optimizer))
+        .map_err(|e| bad(format!("optimizer: {e}")))?;
+    let check =
+        |want: Vec<String>, got: &[(String, crate::strategy::StrategyState)], what: &str| {
+            let names: Vec<String> = got.iter().map(|(n, _)| n.clone()).collect();
+            if names != want {
+                return Err(bad(format!(
+                    "{what} strategies {names:?} differ from the config's {want:?}"
+                )));
+            }
+            Ok(())
+        };
+    check(
+        p.forgetting.iter().map(|s| s.name().to_string()).collect(),
+        &ck.forgetting,
+        "forgetting",
+    )?;
+    check(
+        p.memory.iter().map(|s| s.name().to_string()).collect(),
+        &ck.memory,
+        "memory",
+    )?;
+    check(
+        p.schedulers.iter().map(|s| s.name().to_string()).collect(),
+        &ck.schedulers,
+        "scheduler",
+    )?;
+    for (s, (_, st)) in p.forgetting.iter_mut().zip(ck.forgetting) {
+        let name = s.name().to_string();
+        s.load_state(st, device)
+            .map_err(|e| strategy_err(&name, e))?;
+    }
+    for (s, (_, st)) in p.memory.iter_mut().zip(ck.memory) {
+        let name = s.name().to_string();
+        s.load_state(st).map_err(|e| strategy_err(&name, e))?;
+    }
+    for (s, (_, st)) in p.schedulers.iter_mut().zip(ck.schedulers) {
+        let name = s.name().to_string();
+        s.load_state(st).map_err(|e| strategy_err(&name, e))?;
+    }
+    Ok((model, optim, ck.progress))
+}
+
+/// Runs a prepared experiment and writes its outputs into `opts.out`; with `resume`, continues
+/// from that checkpoint (see [`super::checkpoint`]).
+///
+/// Checkpoints are written after every task, every `checkpoint_every` steps when set, and when
+/// [`INTERRUPTED`] is set (Ctrl-C), after which the run stops with [`Error::Interrupted`].
 ///
 /// # Errors
-/// [`Error::Io`] when the out dir cannot be written; [`Error::Strategy`] when a strategy fails.
+/// [`Error::Io`] when the out dir cannot be written; [`Error::Strategy`] when a strategy fails;
+/// [`Error::Checkpoint`] when `resume` does not match the config; [`Error::Interrupted`].
 pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
+    run_from(&mut p, opts, None)
+}
+
+/// [`run`], continuing from checkpoint `resume` (its directory and contents) when given.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_from(
+    p: &mut Prepared,
+    opts: &RunOptions,
+    resume: Option<(PathBuf, Checkpoint)>,
+) -> Result<Report> {
     let t0 = Instant::now();
     let c = p.cfg.config.clone();
     let seed = c.run.seed;
     std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
-    write_atomic(&opts.out.join("config.toml"), p.cfg.source.as_bytes())?;
+    if resume.is_none() {
+        // The effective config and where it came from (relative paths in it, such as
+        // `[data] path`, are resolved against the original file on resume).
+        write_atomic(&opts.out.join("config.toml"), p.cfg.source.as_bytes())?;
+        let origin = std::path::absolute(&p.cfg.file).unwrap_or_else(|_| p.cfg.file.clone());
+        let run = serde_json::json!({ "config": origin, "engram": env!("CARGO_PKG_VERSION") });
+        write_atomic(&opts.out.join("run.json"), run.to_string().as_bytes())?;
+    }
 
     let inner = p.device.clone();
     let ad = inner.clone().autodiff();
     ad.seed(rng::derive_seed(seed, "burn-init", 0, 0));
-    let mut model = build_model(&p.cfg, &p.stream, &ad);
-    let mut optim = build_optimizer(&p.cfg);
+    let model = build_model(&p.cfg, &p.stream, &ad);
+    let optim = build_optimizer(&p.cfg);
+    let (mut model, mut optim, mut pr) = match resume {
+        Some((path, ck)) => restore(p, model, optim, ck, &ad, &path)?,
+        None => (model, optim, Progress::default()),
+    };
+    let p = &mut *p;
     let stream = &p.stream;
     let n_tasks = stream.len();
     let eval_bs = c.train.eval_batch_size;
-
-    let mut timings = Timings {
-        setup_s: p.setup_s,
-        ..Timings::default()
-    };
-    let mut mem = MemoryReport {
-        source: if inner.memory_pool_usage().is_some() {
+    let setup_s = p.setup_s;
+    if pr.memory.source.is_empty() {
+        pr.memory.source = if inner.memory_pool_usage().is_some() {
             "device-pool".into()
         } else {
             "heap".into()
-        },
-        ..MemoryReport::default()
-    };
-    let mut counters = TrainingCounters::default();
-    let mut events = Vec::new();
-    let mut logs: Vec<StepLog> = Vec::new();
+        };
+    }
+    // Wall time of earlier processes of this run (a resumed run adds its own).
+    let earlier_s = pr.timings.total_s;
+    let save =
+        |p: &Prepared, model: &Model, optim: &ModuleOptimizer, pr: &Progress| -> Result<()> {
+            let mut ck = snapshot(p, model, optim, pr)?;
+            ck.progress.timings.total_s = earlier_s + t0.elapsed().as_secs_f64();
+            checkpoint::save(&opts.out, pr.global_step, &ck)?;
+            Ok(())
+        };
 
     // b_j: the initial model on every task (for forward transfer).
-    let te = Instant::now();
-    let mut eval_samples = 0usize;
-    let baseline: Vec<f64> = {
+    if pr.baseline.is_empty() {
+        let te = Instant::now();
         let valid = model.valid();
-        (0..n_tasks)
+        pr.baseline = (0..n_tasks)
             .map(|j| {
-                eval_samples += stream.eval_rows(j).0.len();
+                pr.eval_samples += stream.eval_rows(j).0.len();
                 evaluate_task(&valid, stream, j, 0, eval_bs, &inner)
             })
-            .collect()
-    };
-    timings.eval_s += te.elapsed().as_secs_f64();
+            .collect();
+        pr.timings.eval_s += te.elapsed().as_secs_f64();
+        save(p, &model, &optim, &pr)?;
+    }
 
     let joint = c.train.joint;
     let rounds = if joint { 1 } else { n_tasks };
-    let mut matrix: metrics::Matrix = Vec::new();
-    let mut global_step = 0usize;
 
-    for round in 0..rounds {
+    while pr.round < rounds {
+        let round = pr.round;
         let info = TaskInfo {
             index: round,
             num_tasks: n_tasks,
@@ -338,13 +477,13 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
             },
             joint,
         };
-        if c.optimizer.reset_per_task && round > 0 {
-            optim = build_optimizer(&p.cfg);
-        }
-        for s in p.schedulers.iter_mut() {
-            s.before_task(&info);
-        }
-        {
+        if !pr.before_task_done {
+            if c.optimizer.reset_per_task && round > 0 {
+                optim = build_optimizer(&p.cfg);
+            }
+            for s in p.schedulers.iter_mut() {
+                s.before_task(&info);
+            }
             let mut tcx = TaskContext {
                 model: &mut model,
                 device: &ad,
@@ -358,33 +497,32 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
                 f.before_task(&mut tcx)
                     .map_err(|e| strategy_err(&name, e))?;
             }
+            pr.before_task_done = true;
+            pr.task_train = PhaseMemory::default();
         }
 
         let steps_per_epoch = info.train_samples.div_ceil(c.train.batch_size);
         let steps_per_task = steps_per_epoch * c.train.epochs;
         let bar = progress_bar(opts.progress, steps_per_task as u64, round, rounds, joint);
-        let tt = Instant::now();
+        bar.set_position(pr.step_in_task as u64);
+        let mut tt = Instant::now();
         let mut meter = PhaseMeter::start();
-        let mut last_epoch_loss = 0.0;
-        let mut step_in_task = 0usize;
-        for epoch in 0..c.train.epochs {
+        while pr.epoch < c.train.epochs {
+            let epoch = pr.epoch;
             let order = if joint {
                 stream.joint_order(epoch, seed)
             } else {
                 stream.epoch_order(round, epoch, seed)
             };
-            let (mut epoch_loss, mut epoch_steps) = (0.0f64, 0usize);
-            let (mut win_loss, mut win_steps, mut win_samples) = (0.0f64, 0usize, 0usize);
-            let mut last_lr = c.optimizer.lr;
-            for chunk in order.chunks(c.train.batch_size) {
+            for chunk in order.chunks(c.train.batch_size).skip(pr.chunk) {
                 let position = Position {
                     task: round,
                     num_tasks: n_tasks,
                     epoch,
                     epochs: c.train.epochs,
-                    step_in_task,
+                    step_in_task: pr.step_in_task,
                     steps_per_task,
-                    global_step,
+                    global_step: pr.global_step,
                 };
                 let mut controls = Controls {
                     lr: c.optimizer.lr,
@@ -413,7 +551,7 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
                     seed,
                     "burn",
                     round as u64,
-                    global_step as u64,
+                    pr.global_step as u64,
                 ));
                 let loss_fn = TrainLoss {
                     forgetting: &p.forgetting,
@@ -429,7 +567,7 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
                 })?;
                 meter.sample(&inner);
                 if outcome.skipped {
-                    counters.skipped_steps += 1;
+                    pr.counters.skipped_steps += 1;
                 } else {
                     let mut grads = outcome.grads;
                     if let Some(max) = c.train.clip_norm {
@@ -453,55 +591,79 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
                     let name = f.name().to_string();
                     f.after_step(&scx).map_err(|e| strategy_err(&name, e))?;
                 }
-                last_lr = controls.lr;
-                counters.steps += 1;
-                counters.samples += rows;
-                epoch_loss += f64::from(outcome.loss);
-                epoch_steps += 1;
-                win_loss += f64::from(outcome.loss);
-                win_steps += 1;
-                win_samples += rows;
-                if win_steps == c.train.log_every.max(1) {
-                    logs.push(StepLog {
+                pr.last_lr = controls.lr;
+                pr.counters.steps += 1;
+                pr.counters.samples += rows;
+                let loss = f64::from(outcome.loss);
+                pr.epoch_loss = (pr.epoch_loss.0 + loss, pr.epoch_loss.1 + 1);
+                pr.window = (pr.window.0 + loss, pr.window.1 + 1, pr.window.2 + rows);
+                if pr.window.1 == c.train.log_every.max(1) {
+                    pr.logs.push(StepLog {
                         task: round,
                         epoch,
-                        step: step_in_task,
-                        global_step,
-                        loss: win_loss / win_steps as f64,
+                        step: pr.step_in_task,
+                        global_step: pr.global_step,
+                        loss: pr.window.0 / pr.window.1 as f64,
                         lr: controls.lr,
-                        samples: win_samples,
+                        samples: pr.window.2,
                     });
-                    (win_loss, win_steps, win_samples) = (0.0, 0, 0);
+                    pr.window = (0.0, 0, 0);
                 }
-                step_in_task += 1;
-                global_step += 1;
+                pr.step_in_task += 1;
+                pr.global_step += 1;
+                pr.chunk += 1;
                 bar.inc(1);
-                if step_in_task.is_multiple_of(20) {
+                if pr.step_in_task.is_multiple_of(20) {
                     bar.set_message(format!("loss {:.4}", outcome.loss));
                 }
+                checkpoint::failpoint(&format!("step-{}", pr.global_step));
+                let interrupted = INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
+                let periodic = c
+                    .train
+                    .checkpoint_every
+                    .is_some_and(|k| k > 0 && pr.global_step.is_multiple_of(k));
+                if interrupted || periodic {
+                    let train_s = tt.elapsed().as_secs_f64();
+                    pr.timings.train_s += train_s;
+                    tt = Instant::now();
+                    save(p, &model, &optim, &pr)?;
+                    if interrupted {
+                        bar.finish_and_clear();
+                        return Err(Error::Interrupted(format!(
+                            "stopped at task {round}, step {} after writing a checkpoint; continue with `engram resume {}`",
+                            pr.step_in_task,
+                            opts.out.display()
+                        )));
+                    }
+                }
             }
-            if win_steps > 0 {
-                logs.push(StepLog {
+            if pr.window.1 > 0 {
+                pr.logs.push(StepLog {
                     task: round,
                     epoch,
-                    step: step_in_task - 1,
-                    global_step: global_step - 1,
-                    loss: win_loss / win_steps as f64,
-                    lr: last_lr,
-                    samples: win_samples,
+                    step: pr.step_in_task - 1,
+                    global_step: pr.global_step - 1,
+                    loss: pr.window.0 / pr.window.1 as f64,
+                    lr: pr.last_lr,
+                    samples: pr.window.2,
                 });
+                pr.window = (0.0, 0, 0);
             }
-            last_epoch_loss = epoch_loss / epoch_steps.max(1) as f64;
+            pr.last_epoch_loss = pr.epoch_loss.0 / pr.epoch_loss.1.max(1) as f64;
+            pr.epoch_loss = (0.0, 0);
+            pr.epoch += 1;
+            pr.chunk = 0;
         }
         let train_s = tt.elapsed().as_secs_f64();
-        timings.train_s += train_s;
-        timings.per_task_train_s.push(train_s);
-        let mut task_mem = PhaseMemory::default();
-        meter.finish(&inner, &mut task_mem);
-        mem.per_task_train_peak_bytes.push(task_mem.peak_bytes);
-        mem.train.peak_bytes = mem.train.peak_bytes.max(task_mem.peak_bytes);
-        mem.train.end_bytes = task_mem.end_bytes;
-        counters.final_loss.push(last_epoch_loss);
+        pr.timings.train_s += train_s;
+        pr.timings.per_task_train_s.push(train_s);
+        meter.finish(&inner, &mut pr.task_train);
+        pr.memory
+            .per_task_train_peak_bytes
+            .push(pr.task_train.peak_bytes);
+        pr.memory.train.peak_bytes = pr.memory.train.peak_bytes.max(pr.task_train.peak_bytes);
+        pr.memory.train.end_bytes = pr.task_train.end_bytes;
+        pr.counters.final_loss.push(pr.last_epoch_loss);
         bar.finish_and_clear();
 
         let ta = Instant::now();
@@ -513,15 +675,15 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
                 task: &info,
                 stream,
                 seed,
-                final_train_loss: last_epoch_loss,
+                final_train_loss: pr.last_epoch_loss,
             };
             for f in p.forgetting.iter_mut() {
                 let name = f.name().to_string();
                 f.after_task(&mut tcx).map_err(|e| strategy_err(&name, e))?;
             }
         }
-        meter.finish(&inner, &mut mem.after_task);
-        timings.after_task_s += ta.elapsed().as_secs_f64();
+        meter.finish(&inner, &mut pr.memory.after_task);
+        pr.timings.after_task_s += ta.elapsed().as_secs_f64();
 
         // Evaluate: every task, or the diagonal only when a scheduler's cadence says so.
         let te = Instant::now();
@@ -533,6 +695,7 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
             .all(|b| b)
             || round + 1 == rounds;
         let valid = model.valid();
+        let mut eval_samples = 0;
         let row: Vec<Option<f64>> = (0..n_tasks)
             .map(|j| {
                 (joint || all || j == round).then(|| {
@@ -542,29 +705,42 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
             })
             .collect();
         drop(valid);
-        meter.finish(&inner, &mut mem.eval);
-        timings.eval_s += te.elapsed().as_secs_f64();
-        matrix.push(row);
+        pr.eval_samples += eval_samples;
+        meter.finish(&inner, &mut pr.memory.eval);
+        pr.timings.eval_s += te.elapsed().as_secs_f64();
+        pr.matrix.push(row);
         for s in p.schedulers.iter_mut() {
-            if let AnomalyAction::Rollback { reason, .. } = s.after_evaluation(round, &matrix) {
-                events.push(Event {
+            if let AnomalyAction::Rollback { reason, .. } = s.after_evaluation(round, &pr.matrix) {
+                pr.events.push(Event {
                     task: round,
                     kind: "anomaly".into(),
-                    message: format!("{} reported: {reason} (rollback is not available in this version; continuing)", s.name()),
+                    message: format!(
+                        "{} reported: {reason} (rollback is not available in this version; continuing)",
+                        s.name()
+                    ),
                 });
             }
         }
+        pr.round += 1;
+        pr.epoch = 0;
+        pr.chunk = 0;
+        pr.step_in_task = 0;
+        pr.before_task_done = false;
+        save(p, &model, &optim, &pr)?;
     }
 
-    write_atomic(&opts.out.join("steps.csv"), steps_csv(&logs).as_bytes())?;
-    let m = metrics::compute(&matrix, &baseline);
+    write_atomic(&opts.out.join("steps.csv"), steps_csv(&pr.logs).as_bytes())?;
+    let m = metrics::compute(&pr.matrix, &pr.baseline);
+    let mut mem = pr.memory.clone();
     mem.peak_bytes = mem
         .train
         .peak_bytes
         .max(mem.eval.peak_bytes)
         .max(mem.after_task.peak_bytes);
     mem.end_bytes = memory::device_bytes(&inner).unwrap_or(0);
-    timings.total_s = t0.elapsed().as_secs_f64() + p.setup_s;
+    let mut timings = pr.timings.clone();
+    timings.setup_s += setup_s;
+    timings.total_s = earlier_s + t0.elapsed().as_secs_f64() + setup_s;
     let report = Report {
         schema_version: SCHEMA_VERSION,
         versions: Versions::current(),
@@ -586,15 +762,15 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
                 eval_samples: stream.eval_rows(t.index).0.len(),
             })
             .collect(),
-        accuracy_matrix: matrix,
-        random_init_accuracy: baseline,
+        accuracy_matrix: pr.matrix.clone(),
+        random_init_accuracy: pr.baseline.clone(),
         metrics: m,
         throughput: Throughput {
-            train_samples_per_s: counters.samples as f64 / timings.train_s.max(1e-9),
-            eval_samples_per_s: eval_samples as f64 / timings.eval_s.max(1e-9),
+            train_samples_per_s: pr.counters.samples as f64 / timings.train_s.max(1e-9),
+            eval_samples_per_s: pr.eval_samples as f64 / timings.eval_s.max(1e-9),
         },
-        training: counters,
-        events,
+        training: pr.counters.clone(),
+        events: pr.events.clone(),
         memory: mem,
         timings,
         machine_dependent_keys: MACHINE_DEPENDENT_KEYS
@@ -604,6 +780,41 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
     };
     report.write(&opts.out)?;
     Ok(report)
+}
+
+/// Continues the run in `out` from its newest valid checkpoint (or from the start when it has
+/// none): reloads `out/config.toml`, rebuilds everything and calls [`run_from`].
+///
+/// # Errors
+/// [`Error::Checkpoint`] when `out` holds no run; otherwise as [`prepare`] and [`run`].
+pub fn resume(out: &Path, registry: &Registry, progress: bool) -> Result<Report> {
+    let cfg_path = out.join("config.toml");
+    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::Checkpoint {
+        path: out.to_path_buf(),
+        message: format!("no run here ({}: {e})", cfg_path.display()),
+    })?;
+    let meta: serde_json::Value = std::fs::read(out.join("run.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let source = meta["config"]
+        .as_str()
+        .map(PathBuf::from)
+        .unwrap_or(cfg_path);
+    let cfg = LoadedConfig::from_source(&source, text)?;
+    let mut p = prepare(cfg, registry)?;
+    let (latest, skipped) = checkpoint::load_latest(out);
+    for e in &skipped {
+        eprintln!("warning: skipping a damaged checkpoint: {e}");
+    }
+    run_from(
+        &mut p,
+        &RunOptions {
+            out: out.to_path_buf(),
+            progress,
+        },
+        latest,
+    )
 }
 
 fn progress_bar(

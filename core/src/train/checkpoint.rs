@@ -1,0 +1,386 @@
+//! Checkpoints: everything a run needs to continue exactly where it stopped.
+//!
+//! A checkpoint is a directory `OUT/checkpoints/step-NNNNNNNN/` holding
+//! - `model.bpk`: the model's parameters (burnpack, which keeps parameter ids);
+//! - `optimizer.bin`: burn-optim's optimiser state (burnpack);
+//! - `state.json`: the loop's [`Progress`] and every strategy's metadata;
+//! - `tensors.bin`: every strategy's tensors as little-endian `f32`, indexed in `state.json`;
+//! - `manifest.json`, written last: the SHA-256 of each file.
+//!
+//! The files are written into `step-NNNNNNNN.tmp/`, which is renamed into place only once the
+//! manifest is on disk: a kill at any moment leaves either the previous checkpoints or a
+//! complete new one (plus a `.tmp` directory that loading ignores). Loading verifies every
+//! checksum and falls back to the newest checkpoint that verifies. The two newest checkpoints
+//! are kept.
+//!
+//! Randomness needs no saving: every stream is derived from `(seed, position)` (see
+//! [`crate::rng`]).
+
+use super::memory::PhaseMemory;
+use super::metrics::Matrix;
+use super::report::{Event, MemoryReport, StepLog, Timings, TrainingCounters};
+use crate::error::{Error, Result};
+use crate::fsutil::write_atomic;
+use crate::strategy::{StateTensor, StrategyState};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where the continual loop is, and what it has measured so far.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Progress {
+    /// The task (round) in progress or next.
+    pub round: usize,
+    /// The epoch in progress.
+    pub epoch: usize,
+    /// The next batch index within the epoch.
+    pub chunk: usize,
+    /// Steps taken in the current task.
+    pub step_in_task: usize,
+    /// Steps taken in the run.
+    pub global_step: usize,
+    /// Whether the `before_task` hooks already ran for `round`.
+    pub before_task_done: bool,
+    /// Sum and count of step losses in the current epoch.
+    pub epoch_loss: (f64, usize),
+    /// The logging window: loss sum, steps, rows.
+    pub window: (f64, usize, usize),
+    /// Learning rate of the last step.
+    pub last_lr: f64,
+    /// Mean loss of the last finished epoch.
+    pub last_epoch_loss: f64,
+    /// Rows of the accuracy matrix so far.
+    pub matrix: Matrix,
+    /// Accuracy of the initial model per task.
+    pub baseline: Vec<f64>,
+    /// Loop counters.
+    pub counters: TrainingCounters,
+    /// Events.
+    pub events: Vec<Event>,
+    /// Logged steps.
+    pub logs: Vec<StepLog>,
+    /// Timings accumulated so far (seconds).
+    pub timings: Timings,
+    /// Memory figures so far (bytes).
+    pub memory: MemoryReport,
+    /// Evaluation samples so far.
+    pub eval_samples: usize,
+    /// Peak of the current task's train phase so far (bytes).
+    pub task_train: PhaseMemory,
+}
+
+/// The saved state of one strategy: its metadata and the index of its tensors.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct SavedStrategy {
+    name: String,
+    meta: serde_json::Value,
+    /// Tensor name → (offset in `tensors.bin` in `f32`s, shape).
+    tensors: BTreeMap<String, (usize, Vec<usize>)>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct StateFile {
+    format: u32,
+    progress: Progress,
+    forgetting: Vec<SavedStrategy>,
+    memory: Vec<SavedStrategy>,
+    schedulers: Vec<SavedStrategy>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Manifest {
+    format: u32,
+    files: BTreeMap<String, String>,
+}
+
+const FORMAT: u32 = 1;
+
+/// What a checkpoint holds, in memory.
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    /// Burnpack bytes of the model record.
+    pub model: Vec<u8>,
+    /// Burnpack bytes of the optimiser record.
+    pub optimizer: Vec<u8>,
+    /// Loop progress.
+    pub progress: Progress,
+    /// `(name, state)` of each forgetting strategy, in config order.
+    pub forgetting: Vec<(String, StrategyState)>,
+    /// `(name, state)` of each memory strategy, in chain order.
+    pub memory: Vec<(String, StrategyState)>,
+    /// `(name, state)` of each scheduler, in config order.
+    pub schedulers: Vec<(String, StrategyState)>,
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn pack(list: &[(String, StrategyState)], blob: &mut Vec<f32>) -> Vec<SavedStrategy> {
+    list.iter()
+        .map(|(name, s)| SavedStrategy {
+            name: name.clone(),
+            meta: s.meta.clone(),
+            tensors: s
+                .tensors
+                .iter()
+                .map(|(k, t)| {
+                    let off = blob.len();
+                    blob.extend_from_slice(&t.values);
+                    (k.clone(), (off, t.shape.clone()))
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn unpack(saved: Vec<SavedStrategy>, blob: &[f32]) -> Option<Vec<(String, StrategyState)>> {
+    saved
+        .into_iter()
+        .map(|s| {
+            let mut tensors = BTreeMap::new();
+            for (k, (off, shape)) in s.tensors {
+                let n: usize = shape.iter().product();
+                let values = blob.get(off..off + n)?.to_vec();
+                tensors.insert(k, StateTensor { shape, values });
+            }
+            Some((
+                s.name,
+                StrategyState {
+                    meta: s.meta,
+                    tensors,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Crashes the process at a named point when `ENGRAM_FAILPOINT` names it, so tests can kill a
+/// run at an exact place instead of by timing: `checkpoint-write` (inside a checkpoint, after
+/// two of its files), `step-N` (right after global step N).
+pub fn failpoint(name: &str) {
+    static POINT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let point = POINT.get_or_init(|| std::env::var("ENGRAM_FAILPOINT").ok());
+    if point.as_deref() == Some(name) {
+        eprintln!("engram: failpoint `{name}` reached, aborting");
+        std::process::abort();
+    }
+}
+
+/// The checkpoints directory of a run.
+pub fn dir(out: &Path) -> PathBuf {
+    out.join("checkpoints")
+}
+
+/// Writes `ck` as checkpoint `step` under `out`, atomically, and prunes all but the newest two.
+///
+/// # Errors
+/// [`Error::Io`] when a file cannot be written.
+pub fn save(out: &Path, step: usize, ck: &Checkpoint) -> Result<PathBuf> {
+    let root = dir(out);
+    std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
+    let name = format!("step-{step:08}");
+    let tmp = root.join(format!("{name}.tmp"));
+    // Leftovers of checkpoints killed mid-write.
+    for stale in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        if stale.file_name().to_string_lossy().ends_with(".tmp") {
+            let _ = std::fs::remove_dir_all(stale.path());
+        }
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let mut blob = Vec::new();
+    let state = StateFile {
+        format: FORMAT,
+        progress: ck.progress.clone(),
+        forgetting: pack(&ck.forgetting, &mut blob),
+        memory: pack(&ck.memory, &mut blob),
+        schedulers: pack(&ck.schedulers, &mut blob),
+    };
+    let state_json =
+        serde_json::to_vec(&state).map_err(|e| Error::Other(format!("checkpoint: {e}")))?;
+    let tensors: Vec<u8> = blob.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let files: [(&str, &[u8]); 4] = [
+        ("model.bpk", &ck.model),
+        ("optimizer.bin", &ck.optimizer),
+        ("state.json", &state_json),
+        ("tensors.bin", &tensors),
+    ];
+    let mut manifest = Manifest {
+        format: FORMAT,
+        files: BTreeMap::new(),
+    };
+    for (i, (f, bytes)) in files.iter().enumerate() {
+        write_atomic(&tmp.join(f), bytes)?;
+        manifest.files.insert(f.to_string(), sha256(bytes));
+        if i == 1 {
+            failpoint("checkpoint-write");
+        }
+    }
+    let m = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Other(e.to_string()))?;
+    write_atomic(&tmp.join("manifest.json"), &m)?;
+    let dst = root.join(&name);
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::rename(&tmp, &dst).map_err(|e| Error::io(&dst, e))?;
+    // Keep the newest two complete checkpoints.
+    let mut all = list(out);
+    all.sort();
+    while all.len() > 2 {
+        let old = all.remove(0);
+        let _ = std::fs::remove_dir_all(root.join(old));
+    }
+    Ok(dst)
+}
+
+/// Names of the complete checkpoint directories (not `.tmp`), unsorted.
+fn list(out: &Path) -> Vec<String> {
+    std::fs::read_dir(dir(out))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("step-") && !n.ends_with(".tmp"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Reads and verifies one checkpoint directory.
+///
+/// # Errors
+/// [`Error::Checkpoint`] when a file is missing, its checksum differs from the manifest, or the
+/// state cannot be decoded.
+pub fn load_dir(path: &Path) -> Result<Checkpoint> {
+    let bad = |m: String| Error::Checkpoint {
+        path: path.to_path_buf(),
+        message: m,
+    };
+    let read = |f: &str| std::fs::read(path.join(f)).map_err(|e| bad(format!("{f}: {e}")));
+    let manifest: Manifest = serde_json::from_slice(&read("manifest.json")?)
+        .map_err(|e| bad(format!("manifest.json: {e}")))?;
+    let mut files = BTreeMap::new();
+    for (f, want) in &manifest.files {
+        let bytes = read(f)?;
+        let got = sha256(&bytes);
+        if &got != want {
+            return Err(bad(format!(
+                "{f}: checksum {got} differs from the manifest's {want}"
+            )));
+        }
+        files.insert(f.clone(), bytes);
+    }
+    let take = |files: &mut BTreeMap<String, Vec<u8>>, f: &str| {
+        files
+            .remove(f)
+            .ok_or_else(|| bad(format!("{f} is not in the manifest")))
+    };
+    let state: StateFile = serde_json::from_slice(&take(&mut files, "state.json")?)
+        .map_err(|e| bad(format!("state.json: {e}")))?;
+    if state.format != FORMAT {
+        return Err(bad(format!(
+            "format {} (this engram reads {FORMAT})",
+            state.format
+        )));
+    }
+    let raw = take(&mut files, "tensors.bin")?;
+    let blob: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let un =
+        |v| unpack(v, &blob).ok_or_else(|| bad("tensors.bin is shorter than its index".into()));
+    Ok(Checkpoint {
+        model: take(&mut files, "model.bpk")?,
+        optimizer: take(&mut files, "optimizer.bin")?,
+        progress: state.progress,
+        forgetting: un(state.forgetting)?,
+        memory: un(state.memory)?,
+        schedulers: un(state.schedulers)?,
+    })
+}
+
+/// The newest checkpoint under `out` that verifies, with the problems of any newer ones.
+pub fn load_latest(out: &Path) -> (Option<(PathBuf, Checkpoint)>, Vec<Error>) {
+    let mut names = list(out);
+    names.sort();
+    let mut skipped = Vec::new();
+    for n in names.into_iter().rev() {
+        let p = dir(out).join(&n);
+        match load_dir(&p) {
+            Ok(ck) => return (Some((p, ck)), skipped),
+            Err(e) => skipped.push(e),
+        }
+    }
+    (None, skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ck(step: usize) -> Checkpoint {
+        let mut tensors = BTreeMap::new();
+        tensors.insert(
+            "a".to_string(),
+            StateTensor {
+                shape: vec![2, 2],
+                values: vec![1.0, 2.0, 3.0, step as f32],
+            },
+        );
+        Checkpoint {
+            model: vec![1, 2, 3],
+            optimizer: vec![4, 5],
+            progress: Progress {
+                round: step,
+                global_step: step * 10,
+                ..Progress::default()
+            },
+            forgetting: vec![(
+                "ewc".into(),
+                StrategyState {
+                    meta: serde_json::json!({"x": 1}),
+                    tensors,
+                },
+            )],
+            memory: vec![],
+            schedulers: vec![("constant".into(), StrategyState::default())],
+        }
+    }
+
+    #[test]
+    fn round_trip_prune_and_fallback_on_corruption() {
+        let d = tempfile::tempdir().unwrap();
+        for s in 1..=3 {
+            save(d.path(), s, &ck(s)).unwrap();
+        }
+        let mut names = list(d.path());
+        names.sort();
+        assert_eq!(names, vec!["step-00000002", "step-00000003"]);
+        let (latest, skipped) = load_latest(d.path());
+        let (_, got) = latest.unwrap();
+        assert!(skipped.is_empty());
+        assert_eq!(got.progress, ck(3).progress);
+        assert_eq!(got.forgetting, ck(3).forgetting);
+        assert_eq!(got.model, vec![1, 2, 3]);
+        // Corrupt the newest: its manifest catches it and the previous one is used.
+        std::fs::write(dir(d.path()).join("step-00000003/tensors.bin"), b"xx").unwrap();
+        let (latest, skipped) = load_latest(d.path());
+        assert_eq!(latest.unwrap().1.progress.round, 2);
+        assert_eq!(skipped.len(), 1);
+        assert!(
+            skipped[0].to_string().contains("checksum"),
+            "{}",
+            skipped[0]
+        );
+        // A leftover .tmp directory (a kill mid-write) is ignored.
+        std::fs::create_dir_all(dir(d.path()).join("step-00000009.tmp")).unwrap();
+        assert_eq!(load_latest(d.path()).0.unwrap().1.progress.round, 2);
+        // A truncated manifest is an error too.
+        std::fs::write(dir(d.path()).join("step-00000002/manifest.json"), b"{").unwrap();
+        let (latest, skipped) = load_latest(d.path());
+        assert!(latest.is_none());
+        assert_eq!(skipped.len(), 2);
+    }
+}

@@ -1,0 +1,267 @@
+//! The book in `book/`: its registry-generated reference is up to date, and every
+//! `{{#include}}`, anchor and relative link resolves.
+//!
+//! mdbook 0.5 exits 0 on a missing include and checks no links, so these tests are what fails
+//! the build on a broken one.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn book_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("book/src")
+}
+
+/// Every `.md` file under `book/src`, sorted.
+fn chapters() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "md") {
+                out.push(p);
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(&book_src(), &mut v);
+    v.sort();
+    v
+}
+
+#[test]
+fn reference_md_matches_registry() {
+    let path = book_src().join("reference.md");
+    let want = engram::report::reference_markdown(&engram::registry());
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &want).unwrap();
+        return;
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    if have != want {
+        let first = have
+            .lines()
+            .zip(want.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| have.lines().count().min(want.lines().count()));
+        panic!(
+            "{} is out of date with the strategy registry (first difference at line {}).\n\
+             Regenerate it with:\n    UPDATE_GOLDEN=1 cargo test --release --test engram book::\n\
+             and commit the result.",
+            path.display(),
+            first + 1
+        );
+    }
+}
+
+/// The text outside fenced code blocks and inline code spans (links inside code are text).
+fn prose(md: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    for line in md.lines() {
+        let t = line.trim_start();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            fenced = !fenced;
+            out.push('\n');
+            continue;
+        }
+        if fenced {
+            out.push('\n');
+            continue;
+        }
+        let mut in_code = false;
+        for c in line.chars() {
+            if c == '`' {
+                in_code = !in_code;
+            } else if !in_code {
+                out.push(c);
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Link targets `](target)` in `text` (inline links and images), without a title.
+fn link_targets(text: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("](") {
+        rest = &rest[i + 2..];
+        if let Some(end) = rest.find(')') {
+            let target = rest[..end].split_whitespace().next().unwrap_or("");
+            v.push(target.trim_matches(['<', '>']).to_string());
+            rest = &rest[end..];
+        }
+    }
+    v
+}
+
+/// mdbook's heading ids: lower case, alphanumerics, `-` and `_` kept, spaces become `-`.
+fn heading_ids(md: &str) -> BTreeSet<String> {
+    let mut ids = BTreeSet::new();
+    let mut fenced = false;
+    for line in md.lines() {
+        let t = line.trim_start();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            fenced = !fenced;
+        }
+        if fenced || !t.starts_with('#') {
+            continue;
+        }
+        let title = t.trim_start_matches('#').trim();
+        let id: String = title
+            .chars()
+            .filter_map(|c| {
+                if c.is_alphanumeric() || c == '-' || c == '_' {
+                    Some(c.to_lowercase().next().unwrap_or(c))
+                } else if c.is_whitespace() {
+                    Some('-')
+                } else {
+                    None
+                }
+            })
+            .collect();
+        ids.insert(id);
+    }
+    ids
+}
+
+/// `{{#include path}}`, `{{#include path:anchor}}`, `{{#include path:from:to}}` and
+/// `{{#rustdoc_include ...}}` directives: (path, selector).
+fn includes(md: &str) -> Vec<(String, Option<String>)> {
+    let mut v = Vec::new();
+    let mut rest = md;
+    while let Some(i) = rest.find("{{#") {
+        rest = &rest[i + 3..];
+        let Some(end) = rest.find("}}") else { break };
+        let body = rest[..end].trim();
+        rest = &rest[end..];
+        let Some(arg) = body
+            .strip_prefix("include ")
+            .or_else(|| body.strip_prefix("rustdoc_include "))
+        else {
+            continue;
+        };
+        let arg = arg.trim();
+        match arg.split_once(':') {
+            Some((p, sel)) => v.push((p.to_string(), Some(sel.to_string()))),
+            None => v.push((arg.to_string(), None)),
+        }
+    }
+    v
+}
+
+#[test]
+fn every_include_anchor_and_link_resolves() {
+    let mut broken = Vec::new();
+    let files = chapters();
+    assert!(files.len() > 5, "book/src has too few chapters: {files:?}");
+    for file in &files {
+        let md = std::fs::read_to_string(file).unwrap();
+        let dir = file.parent().unwrap();
+        let name = file.strip_prefix(book_src()).unwrap().display().to_string();
+
+        for (path, sel) in includes(&md) {
+            let target = dir.join(&path);
+            let Ok(text) = std::fs::read_to_string(&target) else {
+                broken.push(format!("{name}: include `{path}` does not exist"));
+                continue;
+            };
+            match sel.as_deref() {
+                None => {}
+                Some(sel) if sel.chars().next().is_some_and(|c| c.is_ascii_digit()) => {
+                    let lines = text.lines().count();
+                    for n in sel.split(':').filter(|s| !s.is_empty()) {
+                        match n.parse::<usize>() {
+                            Ok(n) if n >= 1 && n <= lines => {}
+                            _ => broken.push(format!(
+                                "{name}: include `{path}:{sel}`: line {n} is not in 1..={lines}"
+                            )),
+                        }
+                    }
+                }
+                Some(anchor) => {
+                    let start = text.contains(&format!("ANCHOR: {anchor}\n"));
+                    let end = text.contains(&format!("ANCHOR_END: {anchor}\n"));
+                    if !(start && end) {
+                        broken.push(format!(
+                            "{name}: include `{path}`: anchor `{anchor}` needs `ANCHOR: {anchor}` and `ANCHOR_END: {anchor}` lines"
+                        ));
+                    }
+                }
+            }
+        }
+
+        for target in link_targets(&prose(&md)) {
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, fragment) = match target.split_once('#') {
+                Some((p, f)) => (p, Some(f)),
+                None => (target.as_str(), None),
+            };
+            let resolved = if path.is_empty() {
+                file.clone()
+            } else {
+                dir.join(path)
+            };
+            if !resolved.exists() {
+                broken.push(format!(
+                    "{name}: link `{target}`: {} does not exist",
+                    resolved.display()
+                ));
+                continue;
+            }
+            if let Some(fragment) = fragment
+                && resolved.extension().is_some_and(|x| x == "md")
+            {
+                let ids = heading_ids(&std::fs::read_to_string(&resolved).unwrap());
+                if !ids.contains(fragment) {
+                    broken.push(format!(
+                        "{name}: link `{target}`: no heading with id `{fragment}` (ids: {ids:?})"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "broken book references:\n  {}",
+        broken.join("\n  ")
+    );
+}
+
+#[test]
+fn summary_lists_every_chapter() {
+    let summary = std::fs::read_to_string(book_src().join("SUMMARY.md")).unwrap();
+    let listed: BTreeSet<String> = link_targets(&summary).into_iter().collect();
+    let missing: Vec<String> = chapters()
+        .iter()
+        .map(|p| p.strip_prefix(book_src()).unwrap().display().to_string())
+        .filter(|p| p != "SUMMARY.md" && !listed.contains(p))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "chapters missing from SUMMARY.md: {missing:?}"
+    );
+}
+
+#[test]
+fn the_link_checker_finds_broken_references() {
+    // The checker itself: a made-up page with each kind of breakage.
+    let md = "see [a](missing.md) and `[code](not-checked.md)`\n\
+              ```\n[fenced](not-checked.md)\n```\n\
+              {{#include ../../examples/custom_strategy.rs:no_such_anchor}}\n";
+    assert_eq!(link_targets(&prose(md)), vec!["missing.md".to_string()]);
+    assert_eq!(
+        includes(md),
+        vec![(
+            "../../examples/custom_strategy.rs".to_string(),
+            Some("no_such_anchor".to_string())
+        )]
+    );
+    let ids = heading_ids("# Writing a strategy in-process\n## `ewc`: the math\n");
+    assert!(ids.contains("writing-a-strategy-in-process"), "{ids:?}");
+    assert!(ids.contains("ewc-the-math"), "{ids:?}");
+}

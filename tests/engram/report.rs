@@ -1,0 +1,224 @@
+//! `engram report` and `engram compare` on hand-written fixture runs
+//! (`tests/fixtures/report/`: a 3-task run with `report.json` and `steps.csv`, and `seeds/`, a
+//! two-seed run with `aggregate.json`). No data set and no training.
+
+use crate::util::run;
+use engram::report::{self, FIGURE_SIZE, FIGURES};
+use std::path::{Path, PathBuf};
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report")
+}
+
+/// Width and height from a PNG's IHDR chunk, after checking the signature.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert!(bytes.len() > 33, "PNG too short: {} bytes", bytes.len());
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG signature");
+    assert_eq!(&bytes[12..16], b"IHDR", "first chunk is not IHDR");
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    (be(&bytes[16..20]), be(&bytes[20..24]))
+}
+
+/// The text content of every element of an SVG document, trimmed (plotters writes each
+/// `<text>` element's content on a line of its own).
+fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split('<')
+        .filter_map(|part| part.split_once('>').map(|(_, t)| t.trim().to_string()))
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// The texts each figure's SVG must hold: axis labels, task names, legend entries.
+fn expected_text(stem: &str) -> &'static [&'static str] {
+    match stem {
+        "accuracy_matrix" => &[
+            "evaluated task",
+            "after training task",
+            "accuracy (%)",
+            "T0",
+            "T1",
+            "T2",
+            "90.0",
+            "70.0",
+        ],
+        "task_accuracy" => &[
+            "after training task",
+            "test accuracy (%)",
+            "T0",
+            "T2",
+            "mean of tasks seen",
+        ],
+        "memory" => &[
+            "Peak memory (heap), MiB",
+            "peak memory (MiB)",
+            "run peak",
+            "training task",
+            "100.0",
+        ],
+        "loss_lr" => &[
+            "global step",
+            "training loss (window mean)",
+            "learning rate (sgd)",
+            "T1",
+        ],
+        other => panic!("no expectations for figure {other}"),
+    }
+}
+
+#[test]
+fn renders_every_figure_from_the_fixture() {
+    let out = tempfile::tempdir().unwrap();
+    let files = report::render_dir(&fixture(), Some(out.path())).unwrap();
+    assert_eq!(files.len(), 2 * FIGURES.len(), "{files:?}");
+    for stem in FIGURES {
+        let png = std::fs::read(out.path().join(format!("{stem}.png"))).unwrap();
+        assert_eq!(png_size(&png), FIGURE_SIZE, "{stem}.png");
+        let svg = std::fs::read_to_string(out.path().join(format!("{stem}.svg"))).unwrap();
+        assert!(
+            svg.starts_with("<svg"),
+            "{stem}.svg: {}",
+            &svg[..40.min(svg.len())]
+        );
+        let texts = svg_texts(&svg);
+        for text in expected_text(stem) {
+            assert!(
+                texts.iter().any(|t| t == text),
+                "{stem}.svg lacks the text {text:?}; it has {texts:?}"
+            );
+        }
+    }
+    // Written atomically: nothing but the figures is left behind.
+    let names: Vec<_> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2 * FIGURES.len(), "{names:?}");
+}
+
+#[test]
+fn png_text_is_drawn_with_the_embedded_font() {
+    // The x-axis description ("evaluated task") sits centred in the band below the heatmap's
+    // tick labels; without a font that band would stay white.
+    let out = tempfile::tempdir().unwrap();
+    let r = report::load_report(&fixture()).unwrap();
+    let files = report::render(&r, &[], out.path()).unwrap();
+    assert_eq!(
+        files.len(),
+        2 * (FIGURES.len() - 1),
+        "no steps, no loss figure"
+    );
+    let bytes = std::fs::read(out.path().join("accuracy_matrix.png")).unwrap();
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), FIGURE_SIZE);
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    let (w, h) = (info.width as usize, info.height as usize);
+    let dark = (h - 60..h - 15)
+        .flat_map(|y| (300..650).map(move |x| (y * w + x) * 3))
+        .filter(|&i| buf[i] < 100 && buf[i + 1] < 100 && buf[i + 2] < 100)
+        .count();
+    assert!(
+        dark > 50,
+        "only {dark} dark pixels where the axis label should be"
+    );
+}
+
+#[test]
+fn report_command_writes_into_dir_plots() {
+    let d = tempfile::tempdir().unwrap();
+    for f in ["report.json", "steps.csv"] {
+        std::fs::copy(fixture().join(f), d.path().join(f)).unwrap();
+    }
+    let (code, out) = run(&["report", d.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    for stem in FIGURES {
+        for ext in ["png", "svg"] {
+            let p = d.path().join("plots").join(format!("{stem}.{ext}"));
+            assert!(p.is_file(), "{} missing; output:\n{out}", p.display());
+            assert!(out.contains(&format!("{stem}.{ext}")), "{out}");
+        }
+    }
+}
+
+#[test]
+fn report_without_a_run_is_bad_input() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, out) = run(&["report", d.path().to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("report.json: not found"), "{out}");
+    assert!(out.contains("engram run CONFIG --out DIR"), "{out}");
+
+    // A multi-seed directory points at its seed-N/ runs.
+    let seeds = fixture().join("seeds");
+    let (code, out) = run(&["report", seeds.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("seed-N/"), "{out}");
+
+    // A malformed report names the file.
+    std::fs::write(d.path().join("report.json"), "{\"schema_version\": 1}").unwrap();
+    let (code, out) = run(&["report", d.path().to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("not an engram report: missing field"), "{out}");
+}
+
+#[test]
+fn compare_prints_runs_side_by_side() {
+    let single = fixture();
+    let seeds = fixture().join("seeds");
+    let rows = [
+        report::run_row(&single).unwrap(),
+        report::run_row(&seeds).unwrap(),
+    ];
+    assert_eq!(rows[0].seeds, 1);
+    assert_eq!(rows[1].seeds, 2);
+    assert_eq!(rows[0].acc.unwrap().std, None);
+    let acc = rows[1].acc.unwrap();
+    assert!((acc.mean - 0.65).abs() < 1e-9 && (acc.std.unwrap() - 0.0707).abs() < 1e-4);
+
+    let (code, out) = run(&["compare", single.to_str().unwrap(), seeds.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for col in [
+        "run",
+        "seeds",
+        "ACC",
+        "BWT",
+        "forgetting",
+        "FWT",
+        "retention",
+        "time (s)",
+        "peak MiB",
+    ] {
+        assert!(lines[0].contains(col), "header lacks {col}: {out}");
+    }
+    // Single run: the report's figures (hand-computed metrics of R in the fixture).
+    for cell in [
+        "0.7000", "-0.2500", "0.2500", "0.0250", "0.7059", "12.5", "100.0",
+    ] {
+        assert!(lines[1].contains(cell), "row 1 lacks {cell}: {out}");
+    }
+    // Two seeds: mean ± sample std; time 10 and 12 s, peak 100 and 120 MiB.
+    for cell in [
+        "0.6500 ± 0.0707",
+        "-0.3000 ± 0.0707",
+        "11.0 ± 1.4",
+        "110.0 ± 14.1",
+    ] {
+        assert!(lines[2].contains(cell), "row 2 lacks {cell}: {out}");
+    }
+    // Columns line up: every row has the same width up to the last column.
+    let ends: Vec<usize> = lines.iter().map(|l| l.chars().count()).collect();
+    assert!(ends.iter().all(|&e| e == ends[0]), "{out}");
+
+    let missing = tempfile::tempdir().unwrap();
+    let (code, out) = run(&[
+        "compare",
+        single.to_str().unwrap(),
+        missing.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{out}");
+}

@@ -1,0 +1,118 @@
+//! Killed runs resume to the same result: SIGKILL-equivalent aborts at exact points through
+//! the `ENGRAM_FAILPOINT` variable (mid-task, mid-checkpoint-write), a corrupted checkpoint
+//! falls back to the previous one, and the final report equals an uninterrupted run's.
+
+use crate::util::{engram, output, run, small_config};
+use serde_json::Value;
+use std::path::Path;
+
+fn stable(dir: &Path) -> Value {
+    let mut r: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    for k in ["timings", "throughput", "memory"] {
+        r.as_object_mut().unwrap().remove(k);
+    }
+    r
+}
+
+const EXTRA: &str = "checkpoint_every = 5\n[[forgetting]]\ntype = \"replay\"\ncapacity = 60\nratio = 0.5\n\
+                     priority = true\ndistill = 0.5\n[[forgetting]]\ntype = \"ewc\"\nlambda = 50.0\nfisher_samples = 100\n";
+
+fn run_failing(cfg: &Path, out: &Path, failpoint: &str, resume: bool) -> (i32, String) {
+    let mut c = engram();
+    if resume {
+        c.args(["resume", out.to_str().unwrap(), "-q"]);
+    } else {
+        c.args([
+            "run",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ]);
+    }
+    output(c.env("ENGRAM_FAILPOINT", failpoint).output().unwrap())
+}
+
+#[test]
+fn killed_mid_task_and_mid_checkpoint_resumes_to_the_same_report() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "r.toml", EXTRA);
+    let full = d.path().join("full");
+    let (code, msg) = run(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--out",
+        full.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+
+    let cut = d.path().join("cut");
+    // Killed right after step 8 of task 0 (checkpoint at step 5 exists).
+    let (code, msg) = run_failing(&cfg, &cut, "step-8", false);
+    assert_ne!(code, 0, "{msg}");
+    assert!(msg.contains("failpoint `step-8`"), "{msg}");
+    assert!(!cut.join("report.json").exists());
+    // Resumed, then killed inside the next checkpoint write: the half-written one is ignored.
+    let (code, msg) = run_failing(&cfg, &cut, "checkpoint-write", true);
+    assert_ne!(code, 0, "{msg}");
+    let tmp: Vec<_> = std::fs::read_dir(cut.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert_eq!(tmp.len(), 1, "a half-written checkpoint is left as .tmp");
+    // Resumed again, killed in task 1.
+    let (code, _) = run_failing(&cfg, &cut, "step-20", true);
+    assert_ne!(code, 0);
+    let (code, msg) = run(&["resume", cut.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(stable(&full), stable(&cut));
+}
+
+#[test]
+fn a_corrupted_checkpoint_falls_back_to_the_previous_one() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "c.toml", EXTRA);
+    let full = d.path().join("full");
+    let (code, msg) = run(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--out",
+        full.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    let cut = d.path().join("cut");
+    let (code, _) = run_failing(&cfg, &cut, "step-23", false);
+    assert_ne!(code, 0);
+    let mut cks: Vec<_> = std::fs::read_dir(cut.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    cks.sort();
+    assert_eq!(cks.len(), 2);
+    // Truncate the newest checkpoint's model file.
+    let newest = cks.last().unwrap();
+    let model = newest.join("model.bpk");
+    let bytes = std::fs::read(&model).unwrap();
+    std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
+    let (code, msg) = run(&["resume", cut.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(
+        msg.contains("skipping a damaged checkpoint") && msg.contains("checksum"),
+        "{msg}"
+    );
+    assert_eq!(stable(&full), stable(&cut));
+}
+
+#[test]
+fn resume_without_a_run_is_a_typed_error() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, msg) = run(&["resume", d.path().to_str().unwrap()]);
+    assert_eq!(code, 1, "{msg}");
+    assert!(msg.contains("no run here"), "{msg}");
+    assert!(!msg.contains("panicked"));
+}
