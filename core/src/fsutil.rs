@@ -20,6 +20,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .tempfile_in(dir)
         .map_err(|e| Error::io(dir, e))?;
     tmp.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    // tempfile creates files readable by the owner only; outputs are ordinary files.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
     tmp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())

@@ -10,6 +10,7 @@
 //! | `replay` | forgetting | [`replay`] |
 //! | `standard` | memory | [`standard`] |
 //! | `constant` | scheduler | [`constant`] |
+//! | `lr`, `reg_warmup`, `replay_ratio`, `cadence`, `anomaly` | scheduler | [`schedules`] |
 //!
 //! A crate listed only as a dependency is not linked, and `inventory` registrations of an
 //! unlinked crate vanish; the `engram` facade calls [`link`] so that they are always present.
@@ -18,10 +19,22 @@ pub mod constant;
 pub mod ewc;
 pub mod naive;
 pub mod replay;
+pub mod schedules;
 pub mod standard;
 
 /// Names of every built-in strategy of this crate (checked against the registry by a test).
-pub const BUILTIN_NAMES: &[&str] = &["naive", "ewc", "replay", "standard", "constant"];
+pub const BUILTIN_NAMES: &[&str] = &[
+    "naive",
+    "ewc",
+    "replay",
+    "standard",
+    "constant",
+    "lr",
+    "reg_warmup",
+    "replay_ratio",
+    "cadence",
+    "anomaly",
+];
 
 /// Forces this crate to be linked (its `inventory` registrations live in it).
 #[inline(never)]

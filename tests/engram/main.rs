@@ -10,4 +10,5 @@ mod e2e;
 mod fetch;
 mod report;
 mod resume;
+mod schedulers;
 mod util;

@@ -91,6 +91,8 @@ pub struct Controls {
     pub reg_scale: f64,
     /// Replay ratio override (memory samples per new sample); `None` = as configured.
     pub replay_ratio: Option<f64>,
+    /// Added to the replay ratio in force (the anomaly handler raises it).
+    pub replay_delta: f64,
 }
 
 /// Where the run is, for schedulers.
@@ -340,6 +342,8 @@ pub enum AnomalyAction {
         replay_step: f64,
         /// Multiplier for the learning rate.
         lr_factor: f64,
+        /// Retries allowed per task.
+        max_retries: usize,
     },
 }
 

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Where the continual loop is, and what it has measured so far.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Progress {
     /// The task (round) in progress or next.
     pub round: usize,
@@ -68,6 +68,39 @@ pub struct Progress {
     pub eval_samples: usize,
     /// Peak of the current task's train phase so far (bytes).
     pub task_train: PhaseMemory,
+    /// Control adjustments made by anomaly rollbacks: `(lr factor, regularisation factor,
+    /// replay-ratio delta)`, applied to every later step.
+    pub adjust: (f64, f64, f64),
+    /// Rollbacks of the current task so far.
+    pub retries: usize,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self {
+            round: 0,
+            epoch: 0,
+            chunk: 0,
+            step_in_task: 0,
+            global_step: 0,
+            before_task_done: false,
+            epoch_loss: (0.0, 0),
+            window: (0.0, 0, 0),
+            last_lr: 0.0,
+            last_epoch_loss: 0.0,
+            matrix: Vec::new(),
+            baseline: Vec::new(),
+            counters: TrainingCounters::default(),
+            events: Vec::new(),
+            logs: Vec::new(),
+            timings: Timings::default(),
+            memory: MemoryReport::default(),
+            eval_samples: 0,
+            task_train: PhaseMemory::default(),
+            adjust: (1.0, 1.0, 0.0),
+            retries: 0,
+        }
+    }
 }
 
 /// The saved state of one strategy: its metadata and the index of its tensors.

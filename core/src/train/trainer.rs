@@ -310,9 +310,16 @@ fn snapshot(
     })
 }
 
+/// The strategies of a run, borrowed apart from its stream.
+struct Strategies<'a> {
+    forgetting: &'a mut [Box<dyn ForgettingStrategy>],
+    memory: &'a mut [Box<dyn MemoryStrategy>],
+    schedulers: &'a mut [Box<dyn Scheduler>],
+}
+
 /// Restores model, optimiser and strategy states from `ck` into a freshly prepared run.
 fn restore(
-    p: &mut Prepared,
+    p: Strategies<'_>,
     model: Model,
     optim: ModuleOptimizer,
     ck: Checkpoint,
@@ -414,7 +421,18 @@ pub fn run_from(
     let model = build_model(&p.cfg, &p.stream, &ad);
     let optim = build_optimizer(&p.cfg);
     let (mut model, mut optim, mut pr) = match resume {
-        Some((path, ck)) => restore(p, model, optim, ck, &ad, &path)?,
+        Some((path, ck)) => restore(
+            Strategies {
+                forgetting: &mut p.forgetting,
+                memory: &mut p.memory,
+                schedulers: &mut p.schedulers,
+            },
+            model,
+            optim,
+            ck,
+            &ad,
+            &path,
+        )?,
         None => (model, optim, Progress::default()),
     };
     let p = &mut *p;
@@ -455,6 +473,8 @@ pub fn run_from(
 
     let joint = c.train.joint;
     let rounds = if joint { 1 } else { n_tasks };
+    // Only a run with an anomaly policy pays for the in-memory task-start snapshot.
+    let anomaly_policy = p.schedulers.iter().any(|s| s.name() == "anomaly");
 
     while pr.round < rounds {
         let round = pr.round;
@@ -476,6 +496,12 @@ pub fn run_from(
                 stream.tasks[round].train.len()
             },
             joint,
+        };
+        // The state at the start of the task, for an anomaly rollback.
+        let task_start = if pr.before_task_done || !anomaly_policy {
+            None
+        } else {
+            Some(snapshot(p, &model, &optim, &pr)?)
         };
         if !pr.before_task_done {
             if c.optimizer.reset_per_task && round > 0 {
@@ -528,10 +554,14 @@ pub fn run_from(
                     lr: c.optimizer.lr,
                     reg_scale: 1.0,
                     replay_ratio: None,
+                    replay_delta: 0.0,
                 };
                 for s in p.schedulers.iter_mut() {
                     s.controls(&position, &mut controls);
                 }
+                controls.lr *= pr.adjust.0;
+                controls.reg_scale *= pr.adjust.1;
+                controls.replay_delta += pr.adjust.2;
                 let bcx = BatchContext {
                     position: &position,
                     controls: &controls,
@@ -709,18 +739,73 @@ pub fn run_from(
         meter.finish(&inner, &mut pr.memory.eval);
         pr.timings.eval_s += te.elapsed().as_secs_f64();
         pr.matrix.push(row);
+        let mut rollback = None;
         for s in p.schedulers.iter_mut() {
-            if let AnomalyAction::Rollback { reason, .. } = s.after_evaluation(round, &pr.matrix) {
-                pr.events.push(Event {
-                    task: round,
-                    kind: "anomaly".into(),
-                    message: format!(
-                        "{} reported: {reason} (rollback is not available in this version; continuing)",
-                        s.name()
-                    ),
-                });
+            if let action @ AnomalyAction::Rollback { .. } = s.after_evaluation(round, &pr.matrix) {
+                rollback = rollback.or(Some((s.name().to_string(), action)));
             }
         }
+        if let Some((
+            by,
+            AnomalyAction::Rollback {
+                reason,
+                reg_factor,
+                replay_step,
+                lr_factor,
+                max_retries,
+            },
+        )) = rollback
+        {
+            match task_start {
+                Some(ck) if pr.retries < max_retries => {
+                    let mut events = pr.events.clone();
+                    let retries = pr.retries + 1;
+                    let adjust = (
+                        pr.adjust.0 * lr_factor,
+                        pr.adjust.1 * reg_factor,
+                        pr.adjust.2 + replay_step,
+                    );
+                    events.push(Event {
+                        task: round,
+                        kind: "rollback".into(),
+                        message: format!(
+                            "{by}: {reason}; restored the start of task {round} and retrying (retry {retries} of {max_retries}) with learning rate ×{:.3}, regularisation ×{:.3}, replay ratio +{:.2}",
+                            adjust.0, adjust.1, adjust.2
+                        ),
+                    });
+                    let model0 = build_model(&p.cfg, stream, &ad);
+                    let optim0 = build_optimizer(&p.cfg);
+                    let (m, o, mut restored) = restore(
+                        Strategies {
+                            forgetting: &mut p.forgetting,
+                            memory: &mut p.memory,
+                            schedulers: &mut p.schedulers,
+                        },
+                        model0,
+                        optim0,
+                        ck,
+                        &ad,
+                        &opts.out,
+                    )?;
+                    model = m;
+                    optim = o;
+                    restored.events = events;
+                    restored.retries = retries;
+                    restored.adjust = adjust;
+                    restored.timings = pr.timings.clone();
+                    restored.counters.steps = pr.counters.steps;
+                    restored.counters.samples = pr.counters.samples;
+                    pr = restored;
+                    continue;
+                }
+                _ => pr.events.push(Event {
+                    task: round,
+                    kind: "anomaly".into(),
+                    message: format!("{by}: {reason}; retries exhausted, continuing"),
+                }),
+            }
+        }
+        pr.retries = 0;
         pr.round += 1;
         pr.epoch = 0;
         pr.chunk = 0;
