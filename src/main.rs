@@ -39,6 +39,22 @@ struct Cli {
 enum Command {
     /// Run an experiment: train on the stream, evaluate, write report.json.
     Run(RunArgs),
+    /// Evaluate a checkpoint's model on every task of its stream.
+    Eval {
+        /// A run's output directory (newest checkpoint) or OUT/checkpoints/step-N.
+        checkpoint: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a checkpoint's weights for other tools.
+    Export {
+        /// A run's output directory (newest checkpoint) or OUT/checkpoints/step-N.
+        checkpoint: PathBuf,
+        /// The safetensors file to write.
+        #[arg(long)]
+        safetensors: PathBuf,
+    },
     /// Continue a killed or interrupted run from its newest valid checkpoint.
     Resume {
         /// The run's output directory.
@@ -174,6 +190,48 @@ fn dispatch(cli: &Cli) -> Result<()> {
     let registry = engram::registry();
     match &cli.command {
         Command::Run(args) => run(cli, &registry, args),
+        Command::Eval { checkpoint, json } => {
+            let (p, model, progress) = trainer::load_checkpoint_model(checkpoint, &registry)?;
+            let seen = progress.round.saturating_sub(1);
+            let valid = engram::core::burn::module::Module::valid(&model);
+            let acc: Vec<f64> = (0..p.stream.len())
+                .map(|t| {
+                    trainer::evaluate_task(
+                        &valid,
+                        &p.stream,
+                        t,
+                        seen,
+                        p.cfg.config.train.eval_batch_size,
+                        &p.device,
+                    )
+                })
+                .collect();
+            if *json {
+                let v = serde_json::json!({ "tasks_trained": progress.round, "accuracy": acc });
+                println!("{v}");
+            } else {
+                println!("after {} trained task(s):", progress.round);
+                for (t, a) in acc.iter().enumerate() {
+                    println!("  T{t}  {:5.1} %", a * 100.0);
+                }
+                println!(
+                    "  mean {:5.1} %",
+                    acc.iter().sum::<f64>() / acc.len().max(1) as f64 * 100.0
+                );
+            }
+            Ok(())
+        }
+        Command::Export {
+            checkpoint,
+            safetensors,
+        } => {
+            let (_, model, _) = trainer::load_checkpoint_model(checkpoint, &registry)?;
+            trainer::export_safetensors(&model, safetensors)?;
+            if !cli.quiet {
+                println!("{}", safetensors.display());
+            }
+            Ok(())
+        }
         Command::Resume { out } => {
             let progress = !cli.quiet && std::io::stderr().is_terminal();
             let report = trainer::resume(out, &registry, progress)?;

@@ -116,3 +116,49 @@ fn resume_without_a_run_is_a_typed_error() {
     assert!(msg.contains("no run here"), "{msg}");
     assert!(!msg.contains("panicked"));
 }
+
+#[test]
+fn eval_and_export_read_checkpoints() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "e.toml", "");
+    let out = d.path().join("out");
+    let (code, msg) = run(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    // The newest checkpoint's model gives the report's last row.
+    let (code, msg) = run(&["eval", out.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{msg}");
+    let v: Value = serde_json::from_str(msg.trim()).unwrap();
+    let r: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(v["accuracy"], r["accuracy_matrix"][1]);
+    assert_eq!(v["tasks_trained"], 2);
+    // Safetensors: a JSON header naming every parameter with its shape.
+    let st = d.path().join("m.safetensors");
+    let (code, msg) = run(&[
+        "export",
+        out.to_str().unwrap(),
+        "--safetensors",
+        st.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    let bytes = std::fs::read(&st).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    assert_eq!(
+        header["blocks.0.linear.weight"]["shape"],
+        serde_json::json!([784, 64])
+    );
+    assert_eq!(
+        header["blocks.1.linear.bias"]["shape"],
+        serde_json::json!([10])
+    );
+    let (code, msg) = run(&["eval", d.path().to_str().unwrap()]);
+    assert_eq!(code, 1, "{msg}");
+    assert!(msg.contains("no checkpoint here"), "{msg}");
+}

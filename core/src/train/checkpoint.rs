@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 /// Where the continual loop is, and what it has measured so far.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Progress {
     /// The task (round) in progress or next.
     pub round: usize,

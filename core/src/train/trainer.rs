@@ -867,6 +867,102 @@ pub fn run_from(
     Ok(report)
 }
 
+/// Locates a checkpoint: `path` is a checkpoint directory (`OUT/checkpoints/step-N`) or a
+/// run's output directory (its newest valid checkpoint). Returns the run directory, the
+/// checkpoint directory and its contents.
+///
+/// # Errors
+/// [`Error::Checkpoint`] when nothing valid is found.
+pub fn find_checkpoint(path: &Path) -> Result<(PathBuf, PathBuf, Checkpoint)> {
+    if path.join("manifest.json").is_file() {
+        let ck = checkpoint::load_dir(path)?;
+        let out = path
+            .parent()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        return Ok((out, path.to_path_buf(), ck));
+    }
+    match checkpoint::load_latest(path) {
+        (Some((dir, ck)), _) => Ok((path.to_path_buf(), dir, ck)),
+        (None, skipped) => Err(Error::Checkpoint {
+            path: path.to_path_buf(),
+            message: match skipped.first() {
+                Some(e) => format!("no valid checkpoint ({e})"),
+                None => "no checkpoint here (give OUT_DIR or OUT_DIR/checkpoints/step-N)".into(),
+            },
+        }),
+    }
+}
+
+/// Rebuilds a run's stream and loads a checkpoint's model: for `engram eval` and `export`.
+///
+/// # Errors
+/// As [`find_checkpoint`], [`prepare`], and [`Error::Checkpoint`] for a model that does not
+/// match the run's config.
+pub fn load_checkpoint_model(
+    path: &Path,
+    registry: &Registry,
+) -> Result<(Prepared, Model, Progress)> {
+    let (out, dir, ck) = find_checkpoint(path)?;
+    let text = std::fs::read_to_string(out.join("config.toml")).map_err(|e| Error::Checkpoint {
+        path: out.clone(),
+        message: format!("the run's config.toml: {e}"),
+    })?;
+    let meta: serde_json::Value = std::fs::read(out.join("run.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let source = meta["config"]
+        .as_str()
+        .map(PathBuf::from)
+        .unwrap_or(out.join("config.toml"));
+    let p = prepare(LoadedConfig::from_source(&source, text)?, registry)?;
+    let model = build_model(&p.cfg, &p.stream, &p.device);
+    let record =
+        burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.model))
+            .map_err(|e| Error::Checkpoint {
+                path: dir.clone(),
+                message: format!("model: {e}"),
+            })?;
+    let model = model
+        .try_load_record(record)
+        .map_err(|e| Error::Checkpoint {
+            path: dir,
+            message: format!("model does not match the config: {e}"),
+        })?;
+    Ok((p, model, ck.progress))
+}
+
+/// Writes `model`'s parameters to a safetensors file (burn-store), atomically: tensors are
+/// named by their dotted paths (`blocks.0.linear.weight`, shape `[d_in, d_out]`).
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be written; [`Error::Other`] when encoding fails.
+pub fn export_safetensors(model: &Model, path: &Path) -> Result<()> {
+    use burn::store::{ModuleSnapshot, SafetensorsStore};
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let tmp = tempfile::Builder::new()
+        .prefix(".engram-export-")
+        .suffix(".safetensors")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(dir, e))?;
+    let mut store = SafetensorsStore::from_file(tmp.path()).overwrite(true);
+    model
+        .save_into(&mut store)
+        .map_err(|e| Error::Other(format!("safetensors export: {e}")))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644));
+    }
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
+}
+
 /// Continues the run in `out` from its newest valid checkpoint (or from the start when it has
 /// none): reloads `out/config.toml`, rebuilds everything and calls [`run_from`].
 ///
