@@ -28,7 +28,16 @@
 //! `m = Σ_k F_k θ*_k / A` and a constant `c` (exact algebra): the penalty costs one pass over
 //! the parameters whatever the number of past tasks; `c` keeps the reported loss exact.
 //!
-//! **Stiffness cap.** The penalty is a quadratic with curvature `λ·F_i` per parameter, and
+//! **Update** (`update`). `proximal` (default) leaves the loss alone and, after each optimiser
+//! step θ', applies the exact proximal step of the penalty: `θ ← (θ' + lr·h⊙m) / (1 + lr·h)`
+//! with `h = λ·A` — the minimiser of `‖θ − θ'‖²/(2·lr) + (h/2)‖θ − m‖²`, stable for any λ.
+//! `gradient` adds the penalty to the loss (the textbook form); its curvature is then bounded
+//! by the stiffness cap below. Measured on Permuted-FMNIST (validation split, seed 0): with
+//! `gradient`, any λ ≥ 40 diverged at the runner's SGD lr 0.05 / momentum 0.9 even with the
+//! cap at 0.2/lr, and the best stable setting reached ACC 0.673 / retention 0.781; `proximal`
+//! trains at every λ.
+//!
+//! **Stiffness cap** (`gradient` update only). The penalty is a quadratic with curvature `λ·F_i` per parameter, and
 //! gradient descent on a quadratic diverges once `lr·curvature > 2` (`2(1+μ)` with heavy-ball
 //! momentum μ). The empirical Fisher of output-layer weights is often above 1, so with the
 //! runner's SGD lr 0.05 any `λ ≥ 40` made Permuted-FMNIST diverge (measured: λ = 100 with and

@@ -1,22 +1,34 @@
 //! `replay`: dynamic experience replay — one memory of `capacity` samples shared by all past
 //! tasks, mixed into training batches (Rolnick et al. 2019; Chaudhry et al. 2019, "On Tiny
-//! Episodic Memories"), with the seed's three improvements, each of which can be turned off:
+//! Episodic Memories").
 //!
-//! 1. **Entropy allocation** (`allocation`). Each task's share of the memory is proportional to
-//!    its complexity, re-balanced whenever a task arrives (older shares shrink, never below
-//!    `min_per_task`). `entropy`: the model's mean predictive entropy `mean_n H(p(·|x_n))` on
-//!    the task's data, measured right after training the task (a task the model is unsure
-//!    about gets more memory); `labels`: the entropy of the task's label distribution; `equal`:
-//!    equal shares (Avalanche's experience-balanced buffer).
-//! 2. **Stratified selection** (`selection`). `stratified` scores candidates by per-sample loss
-//!    (or entropy, `stratify_by`), cuts them into `strata` equal-size quantile bins and keeps
-//!    the highest-scoring samples of *every* bin, so the memory holds easy, typical and hard
-//!    samples alike; `class_balanced` keeps equal counts per class; `reservoir` is uniform
-//!    (Vitter's algorithm R).
-//! 3. **Online priorities** (`priority`). Each stored sample carries a priority, initialised to
-//!    its loss at selection and updated after every step that replays it:
-//!    `p ← decay·p + (1 − decay)·loss`. Memory rows are drawn with probability `∝ p^alpha`
-//!    (with replacement, no importance correction); `priority = false` draws uniformly.
+//! What is on by default (each chosen on a 10 % validation split of Split-FMNIST, 3 seeds):
+//! uniform selection (`reservoir`, Vitter's algorithm R), equal shares, a **class-balanced
+//! loss** (`balance = "class"`: every class in the mixed batch weighs the same, countering the
+//! imbalance between the new task's two classes and the memory's) and **logit replay**
+//! (`distill = 0.5`: a soft-label distillation towards the logits each sample had when it was
+//! stored, after dark experience replay, Buzzega et al. 2020).
+//!
+//! The seed's three improvements are implemented and can be switched on; on the validation
+//! split each of them *lowered* ACC against plain replay (0.786 ± 0.008): entropy allocation
+//! 0.740 ± 0.006, stratified selection 0.720 ± 0.011, priorities 0.759 ± 0.009, all three
+//! 0.704 ± 0.033. See the book's replay chapter.
+//!
+//! 1. **Entropy allocation** (`allocation = "entropy"`). Each task's share of the memory is
+//!    proportional to its complexity, re-balanced whenever a task arrives (older shares
+//!    shrink, never below `min_per_task`): the model's mean predictive entropy
+//!    `mean_n H(p(·|x_n))` on the task's data, measured right after training the task;
+//!    `labels`: the entropy of the task's label distribution; `equal`: equal shares
+//!    (Avalanche's experience-balanced buffer).
+//! 2. **Stratified selection** (`selection = "stratified"`) scores candidates by per-sample
+//!    loss (or entropy, `stratify_by`), cuts them into `strata` equal-size quantile bins and
+//!    keeps the highest-scoring samples of *every* bin; `class_balanced` keeps equal counts
+//!    per class.
+//! 3. **Online priorities** (`priority = true`). Each stored sample carries a priority,
+//!    initialised to its loss at selection and updated after every step that replays it:
+//!    `p ← decay·p + (1 − decay)·loss`. Memory rows are drawn with probability
+//!    `∝ p^alpha + mean_j p_j^alpha` (priorities steer at most half of the mass; with
+//!    replacement, no importance correction).
 //!
 //! **Mixing** — two exclusive modes (setting both is a config error):
 //! - `ratio` (default 0.2 when `every` is unset): `round(ratio × batch)` memory rows are
