@@ -27,7 +27,7 @@ static ALLOC: alloc::Counting = alloc::Counting;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// More output (-v: strategy details).
+    /// More output (-v: the strategy chain and data directory; -vv: the effective config).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     /// Only errors and the final line.
@@ -344,6 +344,25 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
         } else {
             out.clone()
         };
+        if cli.verbose > 0 {
+            let names = |v: Vec<&str>| {
+                if v.is_empty() {
+                    "none".to_string()
+                } else {
+                    v.join(", ")
+                }
+            };
+            eprintln!(
+                "engram: forgetting: {}; memory chain: {}; schedulers: {}; data: {}",
+                names(p.forgetting.iter().map(|s| s.name()).collect()),
+                names(p.memory.iter().map(|s| s.name()).collect()),
+                names(p.schedulers.iter().map(|s| s.name()).collect()),
+                p.stream.dataset.dir.display()
+            );
+            if cli.verbose > 1 {
+                eprintln!("{}", p.cfg.source);
+            }
+        }
         if !cli.quiet {
             eprintln!(
                 "engram: {} ({} tasks, seed {seed}) -> {}",

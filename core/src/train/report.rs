@@ -158,6 +158,10 @@ pub struct Report {
     pub random_init_accuracy: Vec<f64>,
     /// ACC, BWT, forgetting, FWT, retention.
     pub metrics: Metrics,
+    /// For each metric, the cells of the accuracy matrix it read (cells not evaluated under a
+    /// cadence are `null` and skipped).
+    #[serde(default)]
+    pub metric_cells: serde_json::Value,
     /// Loop counters.
     pub training: TrainingCounters,
     /// Events.
@@ -170,6 +174,34 @@ pub struct Report {
     pub timings: Timings,
     /// Names of the machine-dependent keys.
     pub machine_dependent_keys: Vec<String>,
+}
+
+/// Which cells of `matrix` each metric read, as `[row, column]` pairs.
+pub fn metric_cells(matrix: &Matrix) -> serde_json::Value {
+    let t = matrix.len();
+    let has = |i: usize, j: usize| {
+        matrix
+            .get(i)
+            .and_then(|r| r.get(j))
+            .is_some_and(Option::is_some)
+    };
+    let cells = |pairs: Vec<(usize, usize)>| -> Vec<[usize; 2]> {
+        pairs
+            .into_iter()
+            .filter(|&(i, j)| has(i, j))
+            .map(|(i, j)| [i, j])
+            .collect()
+    };
+    let width = matrix.first().map_or(0, Vec::len);
+    let last = t.saturating_sub(1);
+    let old: Vec<usize> = (0..last).collect();
+    serde_json::json!({
+        "acc": cells((0..width).map(|j| (last, j)).collect()),
+        "bwt": cells(old.iter().flat_map(|&j| [(last, j), (j, j)]).collect()),
+        "forgetting": cells(old.iter().flat_map(|&j| (j..=last).map(move |i| (i, j))).collect()),
+        "fwt": cells((1..t).map(|j| (j - 1, j)).collect()),
+        "retention": cells(old.iter().flat_map(|&j| [(last, j), (j, j)]).collect()),
+    })
 }
 
 /// One logged training step.

@@ -850,6 +850,7 @@ pub fn run_from(
         accuracy_matrix: pr.matrix.clone(),
         random_init_accuracy: pr.baseline.clone(),
         metrics: m,
+        metric_cells: super::report::metric_cells(&pr.matrix),
         throughput: Throughput {
             train_samples_per_s: pr.counters.samples as f64 / timings.train_s.max(1e-9),
             eval_samples_per_s: pr.eval_samples as f64 / timings.eval_s.max(1e-9),
