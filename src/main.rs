@@ -157,6 +157,7 @@ enum BenchCommand {
 }
 
 fn main() -> ExitCode {
+    alloc::tune_malloc();
     alloc::install_probe();
     std::panic::set_hook(Box::new(|info| {
         eprintln!(
