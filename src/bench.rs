@@ -85,6 +85,7 @@ pub fn throughput(
             loss: &loss,
             loss_scale: 1.0,
             compute_dtype: None,
+            rng_seed: s as u64,
         })?;
         model = optim.step(lr, model, out.grads);
     }
@@ -110,4 +111,113 @@ impl engram_core::strategy::LossFn for BenchLoss {
         let ce = engram_core::train::trainer::per_sample_cross_entropy(logits, batch);
         (ce.clone().mean(), ce)
     }
+}
+
+/// One row of `engram bench memory`.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryRow {
+    /// The memory strategy (`standard`, `checkpoint`).
+    pub name: String,
+    /// Peak heap bytes of a training step above the bytes in use just before it (bytes).
+    pub peak_bytes: u64,
+    /// Mean seconds per step (s).
+    pub step_seconds: f64,
+    /// `peak_bytes` relative to `standard`.
+    pub peak_ratio: f64,
+    /// `step_seconds` relative to `standard`.
+    pub time_ratio: f64,
+}
+
+/// Peak memory and step time of `standard` and `checkpoint` on a deep MLP (`depth` hidden
+/// blocks of `width`, batch `batch`, synthetic input), measured in one process with the
+/// counting allocator (CPU). Each row: 2 warm-up steps, then `steps` measured.
+///
+/// # Errors
+/// Propagates a failed step.
+pub fn memory(
+    device: &Device,
+    depth: usize,
+    width: usize,
+    batch: usize,
+    steps: usize,
+) -> Result<Vec<MemoryRow>> {
+    use engram_core::train::memory::{heap, reset_heap_peak};
+    let ad = device.clone().autodiff();
+    let mut r = rng::stream(0, "bench-memory", 0, 0);
+    let model = build_mlp(
+        784,
+        &vec![width; depth],
+        10,
+        ActivationKind::Relu,
+        0.0,
+        &mut r,
+        &ad,
+    );
+    let xs: Vec<f32> = (0..batch * 784)
+        .map(|_| r.random_range(-1.0..1.0))
+        .collect();
+    let ys: Vec<i64> = (0..batch).map(|_| r.random_range(0..10)).collect();
+    let refs: Vec<SampleRef> = (0..batch)
+        .map(|i| SampleRef {
+            task: 0,
+            index: i as u32,
+        })
+        .collect();
+    let make = || Batch {
+        x: Tensor::from_data(TensorData::new(xs.clone(), [batch, 784]), &ad),
+        y: Tensor::<1, Int>::from_data(TensorData::new(ys.clone(), [batch]), &ad),
+        weights: None,
+        logit_mask: None,
+        refs: refs.clone(),
+        new_samples: batch,
+    };
+    let mut rows: Vec<MemoryRow> = Vec::new();
+    for name in ["standard", "checkpoint"] {
+        let segments =
+            engram_strategies::checkpoint::Checkpoint::new(0).segments(model.num_blocks());
+        let mut peak = 0u64;
+        let mut secs = 0.0;
+        for s in 0..steps + 2 {
+            let b = make();
+            let req = StepRequest {
+                model: &model,
+                batch: b,
+                loss: &BenchLoss,
+                loss_scale: 1.0,
+                compute_dtype: None,
+                rng_seed: s as u64,
+            };
+            reset_heap_peak();
+            let before = heap().map_or(0, |h| h.current);
+            let t = Instant::now();
+            let out = if name == "standard" {
+                engram_strategies::standard::plain_step(req)?
+            } else {
+                engram_strategies::checkpoint::checkpointed_step(req, &segments)?
+            };
+            let dt = t.elapsed().as_secs_f64();
+            let p = heap().map_or(0, |h| h.peak).saturating_sub(before);
+            drop(out);
+            if s >= 2 {
+                peak = peak.max(p);
+                secs += dt;
+            }
+        }
+        rows.push(MemoryRow {
+            name: name.into(),
+            peak_bytes: peak,
+            step_seconds: secs / steps as f64,
+            peak_ratio: 1.0,
+            time_ratio: 1.0,
+        });
+    }
+    let (p0, t0) = (
+        rows[0].peak_bytes.max(1) as f64,
+        rows[0].step_seconds.max(1e-12),
+    );
+    for r in rows.iter_mut() {
+        r.peak_ratio = r.peak_bytes as f64 / p0;
+        r.time_ratio = r.step_seconds / t0;
+    }
+    Ok(rows)
 }

@@ -139,6 +139,27 @@ enum DataCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Peak memory and step time of the memory strategies (standard, checkpoint) on one model.
+    Memory {
+        /// The model: `mlp` (a deep MLP; the ViT is the memory issue's next step).
+        #[arg(long, default_value = "mlp")]
+        model: String,
+        /// Batch size (default 4096: activations, not weights, dominate a step's memory).
+        #[arg(long, default_value_t = 4096)]
+        batch: usize,
+        /// Hidden blocks of the deep MLP.
+        #[arg(long, default_value_t = 16)]
+        depth: usize,
+        /// Width of each hidden block.
+        #[arg(long, default_value_t = 256)]
+        width: usize,
+        /// Measured steps per strategy.
+        #[arg(long, default_value_t = 3)]
+        steps: usize,
+        /// Write the rows as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Training samples/s of the example MLP at batch 128 (and PyTorch's, when available).
     Throughput {
         /// Write the figures as JSON.
@@ -274,6 +295,49 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 for f in files {
                     println!("{}", f.display());
                 }
+            }
+            Ok(())
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Memory {
+                    model,
+                    batch,
+                    depth,
+                    width,
+                    steps,
+                    json,
+                },
+        } => {
+            if model != "mlp" {
+                return Err(Error::Data(format!(
+                    "bench memory: model `{model}` is not available yet (available: mlp)"
+                )));
+            }
+            let device = engram::core::burn::tensor::Device::flex();
+            let rows = engram::bench::memory(&device, *depth, *width, *batch, (*steps).max(1))?;
+            println!(
+                "deep MLP 784-{depth}×{width}-10, batch {batch}, CPU heap (counting allocator); peak = bytes above the step's start"
+            );
+            println!(
+                "{:<12} {:>12} {:>10} {:>8} {:>8}",
+                "strategy", "peak MiB", "step ms", "peak ×", "time ×"
+            );
+            for r in &rows {
+                println!(
+                    "{:<12} {:>12.1} {:>10.1} {:>8.2} {:>8.2}",
+                    r.name,
+                    r.peak_bytes as f64 / 1048576.0,
+                    r.step_seconds * 1e3,
+                    r.peak_ratio,
+                    r.time_ratio
+                );
+            }
+            println!("amp and checkpoint+amp: not available yet (the memory issue's AMP strategy)");
+            if let Some(path) = json {
+                let bytes = serde_json::to_vec_pretty(&serde_json::json!({ "rows": rows }))
+                    .map_err(|e| Error::Other(e.to_string()))?;
+                engram::core::fsutil::write_atomic(path, &bytes)?;
             }
             Ok(())
         }

@@ -9,12 +9,14 @@
 //! | `ewc` | forgetting | [`ewc`] |
 //! | `replay` | forgetting | [`replay`] |
 //! | `standard` | memory | [`standard`] |
+//! | `checkpoint` | memory | [`checkpoint`] |
 //! | `constant` | scheduler | [`constant`] |
 //! | `lr`, `reg_warmup`, `replay_ratio`, `cadence`, `anomaly` | scheduler | [`schedules`] |
 //!
 //! A crate listed only as a dependency is not linked, and `inventory` registrations of an
 //! unlinked crate vanish; the `engram` facade calls [`link`] so that they are always present.
 
+pub mod checkpoint;
 pub mod constant;
 pub mod ewc;
 pub mod naive;
@@ -28,6 +30,7 @@ pub const BUILTIN_NAMES: &[&str] = &[
     "ewc",
     "replay",
     "standard",
+    "checkpoint",
     "constant",
     "lr",
     "reg_warmup",

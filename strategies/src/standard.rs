@@ -27,9 +27,16 @@ pub fn plain_step(req: StepRequest<'_>) -> Result<StepOutcome> {
     let ctx = engram_core::model::ForwardCtx {
         task: req.batch.refs.first().map(|r| r.task as usize),
     };
+    let n = req.model.num_blocks();
     let logits = req
         .model
-        .forward(Activation::Flat(req.batch.x.clone()), &ctx);
+        .forward_range_seeded(
+            0..n,
+            Activation::Flat(req.batch.x.clone()),
+            &ctx,
+            req.rng_seed,
+        )
+        .into_flat();
     let (loss, ce) = req.loss.loss(req.model, logits, &req.batch);
     let value = loss.clone().into_scalar::<f32>();
     let sample_losses = ce.into_data().convert::<f32>().try_to_vec::<f32>().ok();

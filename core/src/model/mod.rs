@@ -48,6 +48,15 @@ impl Activation {
         }
     }
 
+    /// The device the activation lives on.
+    pub fn device(&self) -> Device {
+        match self {
+            Activation::Flat(t) => t.device(),
+            Activation::Seq(t) => t.device(),
+            Activation::Image(t) => t.device(),
+        }
+    }
+
     /// The batch size (first dimension) in samples.
     pub fn batch_size(&self) -> usize {
         match self {
@@ -64,6 +73,35 @@ impl Activation {
             Activation::Seq(t) => Activation::Seq(t.detach()),
             Activation::Image(t) => Activation::Image(t.detach()),
         }
+    }
+
+    /// The gradient of this activation in `grads` (it must have been marked with
+    /// [`Activation::require_grad`]), as an untracked activation of the same shape.
+    pub fn grad(&self, grads: &burn::tensor::Gradients) -> Option<Activation> {
+        Some(match self {
+            Activation::Flat(t) => Activation::Flat(t.grad(grads)?),
+            Activation::Seq(t) => Activation::Seq(t.grad(grads)?),
+            Activation::Image(t) => Activation::Image(t.grad(grads)?),
+        })
+    }
+
+    /// `Σ self ⊙ upstream` as a scalar `[1]`: backpropagating it sends `upstream` into the
+    /// graph that produced `self` (the surrogate loss of segment recomputation).
+    ///
+    /// # Panics
+    /// When the two activations are of different variants or shapes (a bug in the caller).
+    pub fn dot(self, upstream: Activation) -> Tensor<1> {
+        let up = |u: Activation| match u {
+            Activation::Flat(t) => t.autodiff().detach().flatten::<1>(0, 1),
+            Activation::Seq(t) => t.autodiff().detach().flatten::<1>(0, 2),
+            Activation::Image(t) => t.autodiff().detach().flatten::<1>(0, 3),
+        };
+        let mine = match self {
+            Activation::Flat(t) => t.flatten::<1>(0, 1),
+            Activation::Seq(t) => t.flatten::<1>(0, 2),
+            Activation::Image(t) => t.flatten::<1>(0, 3),
+        };
+        (mine * up(upstream)).sum()
     }
 
     /// The same activation marked as requiring a gradient (for segment recomputation).
@@ -294,6 +332,25 @@ impl Model {
     ) -> Activation {
         for block in &self.blocks[range] {
             x = block.0.forward(x, ctx);
+        }
+        x
+    }
+
+    /// Runs blocks `range`, reseeding Burn's RNG before block `i` from `(rng_seed, i)`: the
+    /// dropout masks of a block then depend only on the step's seed and the block, not on
+    /// how the blocks are grouped, so a checkpointed recomputation draws the same masks as
+    /// the first pass and as a plain step.
+    pub fn forward_range_seeded(
+        &self,
+        range: std::ops::Range<usize>,
+        mut x: Activation,
+        ctx: &ForwardCtx,
+        rng_seed: u64,
+    ) -> Activation {
+        for i in range {
+            x.device()
+                .seed(crate::rng::derive_seed(rng_seed, "block", i as u64, 0));
+            x = self.blocks[i].0.forward(x, ctx);
         }
         x
     }

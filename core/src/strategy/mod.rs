@@ -265,6 +265,10 @@ pub struct StepRequest<'a> {
     pub loss_scale: f32,
     /// Compute dtype for the forward pass (`None`: the parameters' own, f32).
     pub compute_dtype: Option<burn::tensor::DType>,
+    /// The seed Burn's RNG was set to for this step. An executor that runs the forward pass
+    /// more than once (checkpointing) reseeds from it per segment so that dropout draws the
+    /// same masks each time.
+    pub rng_seed: u64,
 }
 
 /// What a step did, reported up the chain to the trainer.

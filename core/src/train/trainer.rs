@@ -577,12 +577,8 @@ pub fn run_from(
                         .map_err(|e| strategy_err(&name, e))?;
                 }
                 // Burn's RNG (dropout) is reseeded from the position: resumable and exact.
-                ad.seed(rng::derive_seed(
-                    seed,
-                    "burn",
-                    round as u64,
-                    pr.global_step as u64,
-                ));
+                let rng_seed = rng::derive_seed(seed, "burn", round as u64, pr.global_step as u64);
+                ad.seed(rng_seed);
                 let loss_fn = TrainLoss {
                     forgetting: &p.forgetting,
                     cx: &bcx,
@@ -594,6 +590,7 @@ pub fn run_from(
                     loss: &loss_fn,
                     loss_scale: 1.0,
                     compute_dtype: None,
+                    rng_seed,
                 })?;
                 meter.sample(&inner);
                 if outcome.skipped {
