@@ -120,6 +120,9 @@ struct RunArgs {
     /// Override a key: `--set train.epochs=3` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
+    /// Replace an unfinished run in the output directory instead of refusing.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 #[derive(Subcommand)]
@@ -389,25 +392,51 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
     } else {
         args.seeds.iter().copied().map(Some).collect()
     };
-    // Check every seed's config (and the data) before any output is written.
-    let mut prepared = Vec::new();
-    for s in &seeds {
-        let mut sets = sets.clone();
-        if let Some(s) = s {
-            sets.push(format!("run.seed={s}"));
-        }
-        let cfg = LoadedConfig::load(&args.config, &sets)?;
-        let seed = cfg.config.run.seed;
-        prepared.push((seed, trainer::prepare(cfg, registry)?));
+    let mut distinct = args.seeds.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != args.seeds.len() {
+        return Err(Error::ConfigFile {
+            file: args.config.clone(),
+            message: format!("--seeds {:?} repeats a seed", args.seeds),
+            hint: Some("list each seed once, e.g. --seeds 0,1,2".into()),
+        });
     }
-    let multi = prepared.len() > 1;
+    let multi = seeds.len() > 1;
+    // Every seed's config is checked, and the first seed's data and strategies are built,
+    // before any output is written; each later seed is prepared right before it runs.
+    let configs = seeds
+        .iter()
+        .map(|s| {
+            let mut sets = sets.clone();
+            if let Some(s) = s {
+                sets.push(format!("run.seed={s}"));
+            }
+            LoadedConfig::load(&args.config, &sets)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut first = Some(trainer::prepare(configs[0].clone(), registry)?);
+    let dirs: Vec<PathBuf> = configs
+        .iter()
+        .map(|c| {
+            if multi {
+                out.join(format!("seed-{}", c.config.run.seed))
+            } else {
+                out.clone()
+            }
+        })
+        .collect();
+    for d in &dirs {
+        clear_previous_run(d, args.overwrite)?;
+    }
     let progress = !cli.quiet && std::io::stderr().is_terminal();
     let mut reports = Vec::new();
-    for (seed, p) in prepared {
-        let dir = if multi {
-            out.join(format!("seed-{seed}"))
-        } else {
-            out.clone()
+    let mut failures: Vec<(u64, Error)> = Vec::new();
+    for (cfg, dir) in configs.into_iter().zip(dirs) {
+        let seed = cfg.config.run.seed;
+        let p = match first.take() {
+            Some(p) => p,
+            None => trainer::prepare(cfg, registry)?,
         };
         if cli.verbose > 0 {
             let names = |v: Vec<&str>| {
@@ -436,11 +465,20 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
                 dir.display()
             );
         }
-        let report = trainer::run(p, &RunOptions { out: dir, progress })?;
-        if !cli.quiet {
-            print!("{}", engram::summary::run_table(&report));
+        match trainer::run(p, &RunOptions { out: dir, progress }) {
+            Ok(report) => {
+                if !cli.quiet {
+                    print!("{}", engram::summary::run_table(&report));
+                }
+                reports.push(report);
+            }
+            // One diverging seed does not discard the others' runs.
+            Err(e) if multi && !matches!(e, Error::Interrupted(_)) => {
+                eprintln!("error: seed {seed}: {e}");
+                failures.push((seed, e));
+            }
+            Err(e) => return Err(e),
         }
-        reports.push(report);
     }
     if multi {
         let metrics: Vec<_> = reports.iter().map(|r| r.metrics.clone()).collect();
@@ -448,6 +486,7 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
             "seeds": reports.iter().map(|r| r.seed).collect::<Vec<_>>(),
             "metrics": engram::summary::aggregate(&metrics),
             "runs": reports.iter().map(|r| format!("seed-{}", r.seed)).collect::<Vec<_>>(),
+            "failed": failures.iter().map(|(s, e)| serde_json::json!({"seed": s, "error": e.to_string()})).collect::<Vec<_>>(),
         });
         let bytes = serde_json::to_vec_pretty(&agg).map_err(|e| Error::Other(e.to_string()))?;
         engram::core::fsutil::write_atomic(&out.join("aggregate.json"), &bytes)?;
@@ -457,6 +496,62 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
         && let Some(r) = reports.first()
     {
         println!("ACC {:.4}", r.metrics.acc.unwrap_or(f64::NAN));
+    }
+    match failures.into_iter().next() {
+        Some((seed, e)) => Err(Error::Other(format!(
+            "seed {seed} failed ({e}); the aggregate covers the other seeds and lists the failure"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Files of a run in its output directory.
+const RUN_FILES: [&str; 7] = [
+    "report.json",
+    "metrics.csv",
+    "steps.csv",
+    "config.toml",
+    "run.json",
+    "aggregate.json",
+    "checkpoints",
+];
+
+/// Makes `dir` ready for a new run: a finished run there is replaced (its files removed, so
+/// no checkpoint or report of it can be mixed with the new run's); an unfinished one (no
+/// report, but checkpoints) is kept unless `overwrite`, since `engram resume` could finish it.
+fn clear_previous_run(dir: &Path, overwrite: bool) -> Result<()> {
+    let finished = dir.join("report.json").is_file();
+    let unfinished = !finished && dir.join("checkpoints").is_dir();
+    if unfinished && !overwrite {
+        return Err(Error::ConfigFile {
+            file: dir.to_path_buf(),
+            message: "holds an unfinished run".into(),
+            hint: Some(format!(
+                "continue it with `engram resume {}`, choose another --out, or pass --overwrite",
+                dir.display()
+            )),
+        });
+    }
+    if finished || unfinished {
+        eprintln!("engram: replacing the previous run in {}", dir.display());
+    }
+    for f in RUN_FILES.iter().chain(["plots"].iter()) {
+        let p = dir.join(f);
+        let r = if p.is_dir() {
+            std::fs::remove_dir_all(&p)
+        } else if p.exists() {
+            std::fs::remove_file(&p)
+        } else {
+            Ok(())
+        };
+        r.map_err(|e| Error::io(&p, e))?;
+    }
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with("seed-") && e.path().is_dir() {
+                clear_previous_run(&e.path(), overwrite)?;
+            }
+        }
     }
     Ok(())
 }

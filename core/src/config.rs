@@ -372,6 +372,12 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
             // A bare word is taken as a string: --set run.device=cpu.
             Ok::<_, Error>(toml_edit::Value::from(value.trim()))
         })?;
+        if key.trim().is_empty() || key.split('.').any(|p| p.trim().is_empty()) {
+            return Err(bad(
+                format!("--set `{set}` has an empty key"),
+                "write --set section.key=value, e.g. --set train.epochs=3",
+            ));
+        }
         let parts: Vec<&str> = key.trim().split('.').collect();
         let (last, path) = parts.split_last().expect("split yields one part");
         let mut table: &mut dyn toml_edit::TableLike = doc.as_table_mut();
@@ -438,7 +444,23 @@ impl LoadedConfig {
             hint: Some("a config is a TOML text file; see examples/split-fmnist.toml".into()),
         })?;
         let text = apply_overrides(file, &text, sets)?;
-        Self::from_source(file, text)
+        Self::from_source(file, text).map_err(|e| match e {
+            // Positions refer to the text with the overrides applied.
+            Error::Config {
+                file,
+                line,
+                column,
+                message,
+                hint,
+            } if !sets.is_empty() => Error::Config {
+                file,
+                line,
+                column,
+                message: format!("{message} (position in the config with --set applied)"),
+                hint,
+            },
+            other => other,
+        })
     }
 
     /// Decodes TOML text that came from `file`.
@@ -548,6 +570,60 @@ impl LoadedConfig {
                 "model",
                 "dropout",
                 format!("dropout {} is outside [0, 1)", c.model.dropout),
+                None,
+            ));
+        }
+        if let Some(v) = c.train.clip_norm
+            && !(v > 0.0 && v.is_finite())
+        {
+            return Err(self.error_at(
+                "train",
+                "clip_norm",
+                format!("clip_norm {v} must be positive"),
+                Some("remove it to train without clipping".into()),
+            ));
+        }
+        if c.train.checkpoint_every == Some(0) {
+            return Err(self.error_at(
+                "train",
+                "checkpoint_every",
+                "checkpoint_every must be ≥ 1".into(),
+                None,
+            ));
+        }
+        if c.data.test_subsample == Some(0) || c.data.subsample == Some(0) {
+            return Err(self.error_at(
+                "data",
+                if c.data.subsample == Some(0) {
+                    "subsample"
+                } else {
+                    "test_subsample"
+                },
+                "a subsample of 0 samples leaves nothing to train or evaluate".into(),
+                None,
+            ));
+        }
+        let decay_ok = c.optimizer.weight_decay >= 0.0 && c.optimizer.weight_decay.is_finite();
+        if !(decay_ok && (0.0..1.0).contains(&c.optimizer.momentum)) {
+            return Err(self.error_at(
+                "optimizer",
+                if c.optimizer.weight_decay < 0.0 {
+                    "weight_decay"
+                } else {
+                    "momentum"
+                },
+                format!(
+                    "weight_decay must be ≥ 0 and momentum in [0, 1) (got {} and {})",
+                    c.optimizer.weight_decay, c.optimizer.momentum
+                ),
+                None,
+            ));
+        }
+        if c.model.hidden.len() > 1024 || c.model.hidden.iter().any(|&h| h == 0 || h > 65536) {
+            return Err(self.error_at(
+                "model",
+                "hidden",
+                "hidden widths must be 1 to 65536, at most 1024 layers".into(),
                 None,
             ));
         }

@@ -151,7 +151,8 @@ fn hint_suffix(hint: &Option<String>) -> String {
 }
 
 impl Error {
-    /// The CLI exit code: `2` for bad input (config, data, plugin, device), `1` otherwise.
+    /// The CLI exit code: `2` for bad input (config, data, plugin, device, a missing or
+    /// damaged checkpoint), `1` otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config { .. }
@@ -160,7 +161,8 @@ impl Error {
             | Error::Idx { .. }
             | Error::Data(_)
             | Error::Device { .. }
-            | Error::Plugin { .. } => 2,
+            | Error::Plugin { .. }
+            | Error::Checkpoint { .. } => 2,
             _ => 1,
         }
     }

@@ -570,6 +570,35 @@ impl ForgettingStrategy for Ewc {
 
 fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStrategy>> {
     let p: EwcParams = src.parse()?;
+    let bad = |key: &str, m: String| Err(src.key_error(key, format!("ewc: {m}"), None));
+    if !(p.lambda >= 0.0 && p.lambda.is_finite()) {
+        return bad("lambda", format!("lambda = {} must be ≥ 0", p.lambda));
+    }
+    if !(0.0..=1.0).contains(&p.gamma) {
+        return bad("gamma", format!("gamma = {} must be in [0, 1]", p.gamma));
+    }
+    if !(p.stiffness_cap >= 0.0 && p.stiffness_cap.is_finite()) {
+        return bad(
+            "stiffness_cap",
+            format!("stiffness_cap = {} must be ≥ 0", p.stiffness_cap),
+        );
+    }
+    if p.fisher_batch == 0 {
+        return bad("fisher_batch", "fisher_batch must be ≥ 1".into());
+    }
+    if let Some(g) = p
+        .groups
+        .iter()
+        .find(|g| regex::Regex::new(&g.pattern).is_err() || g.factor.is_nan() || g.factor < 0.0)
+    {
+        return bad(
+            "groups",
+            format!(
+                "group `{}` needs a valid regular expression and a factor ≥ 0",
+                g.pattern
+            ),
+        );
+    }
     Ok(Box::new(Ewc::new(p)?))
 }
 

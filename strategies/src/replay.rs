@@ -369,8 +369,12 @@ impl Replay {
                     ));
                 }
                 let r = r.unwrap_or(0.2);
-                if !(r >= 0.0 && r.is_finite()) {
-                    return Err(err("ratio", format!("replay: ratio {r} must be ≥ 0"), None));
+                if !(0.0..=10.0).contains(&r) {
+                    return Err(err(
+                        "ratio",
+                        format!("replay: ratio {r} must be in [0, 10]"),
+                        None,
+                    ));
                 }
                 Mixing::Ratio(r)
             }
@@ -386,6 +390,27 @@ impl Replay {
                     "lower min_per_task to at most {} or raise capacity",
                     p.capacity / num_tasks.max(1)
                 )),
+            ));
+        }
+        if p.capacity == 0
+            || p.strata == 0
+            || !(p.distill >= 0.0 && p.distill.is_finite())
+            || p.priority_alpha.is_nan()
+            || p.priority_alpha < 0.0
+        {
+            let key = if p.capacity == 0 {
+                "capacity"
+            } else if p.strata == 0 {
+                "strata"
+            } else if p.priority_alpha < 0.0 {
+                "priority_alpha"
+            } else {
+                "distill"
+            };
+            return Err(err(
+                key,
+                "replay: capacity and strata must be ≥ 1, distill and priority_alpha ≥ 0".into(),
+                None,
             ));
         }
         if !(0.0..=1.0).contains(&p.priority_decay) {
@@ -813,7 +838,7 @@ fn defaults() -> toml::Table {
 engram_core::inventory::submit! {
     Registration {
         name: "replay",
-        summary: "dynamic experience replay: entropy-allocated shared memory, stratified selection, online priorities",
+        summary: "experience replay: one shared memory, class-balanced loss, logit replay; entropy allocation, stratified selection and priorities as options",
         defaults,
         factory: Factory::Forgetting(build),
     }

@@ -218,3 +218,125 @@ fn unknown_device_and_missing_backend() {
     assert_eq!(code, 2, "{msg}");
     assert!(msg.contains("built without CUDA"), "{msg}");
 }
+
+#[test]
+fn strategy_values_and_data_path_are_checked_with_positions() {
+    let d = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[[forgetting]]\ntype = \"ewc\"\nlambda = -5.0\n",
+            ":7:1: ewc: lambda = -5 must be ≥ 0",
+        ),
+        (
+            "[[forgetting]]\ntype = \"ewc\"\ngroups = [{pattern = \"(\", factor = 3.0}]\n",
+            ":7:1: ewc: group `(`",
+        ),
+        (
+            "[[forgetting]]\ntype = \"replay\"\nratio = 1e9\n",
+            ":7:1: replay: ratio",
+        ),
+        (
+            "[[forgetting]]\ntype = \"replay\"\nstrata = 0\n",
+            ":7:1: replay: capacity and strata",
+        ),
+        (
+            "[train]\nclip_norm = -1.0\n",
+            ":6:1: clip_norm -1 must be positive",
+        ),
+        ("[data]\n", "duplicate key"),
+    ];
+    for (i, (extra, expect)) in cases.iter().enumerate() {
+        let f = d.path().join(format!("c{i}.toml"));
+        std::fs::write(&f, format!("{MIN}{extra}")).unwrap();
+        let (code, msg) = run(&["validate", f.to_str().unwrap()]);
+        assert_eq!(code, 2, "{extra}: {msg}");
+        assert!(msg.contains(expect), "{extra}: want `{expect}` in {msg}");
+    }
+    // A configured data path is the only place looked: a wrong one is an error, not a
+    // silent fallback to the system copy.
+    let f = d.path().join("p.toml");
+    std::fs::write(
+        &f,
+        MIN.replace(
+            "\"fashion-mnist\"\n",
+            "\"fashion-mnist\"\npath = \"/nonexistent-dir\"\n",
+        ),
+    )
+    .unwrap();
+    let (code, msg) = run(&["validate", f.to_str().unwrap()]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("looked in: /nonexistent-dir)") && msg.contains("`[data] path` points here"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_unfinished_run_is_not_overwritten_and_a_finished_one_is_replaced() {
+    let d = tempfile::tempdir().unwrap();
+    let f = small_config(d.path(), "u.toml", "checkpoint_every = 3\n");
+    let out = d.path().join("out");
+    let (code, _) = crate::util::output(
+        crate::util::engram()
+            .args([
+                "run",
+                f.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "-q",
+            ])
+            .env("ENGRAM_FAILPOINT", "step-5")
+            .output()
+            .unwrap(),
+    );
+    assert_ne!(code, 0);
+    let (code, msg) = run(&[
+        "run",
+        f.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("holds an unfinished run") && msg.contains("engram resume"),
+        "{msg}"
+    );
+    let (code, msg) = run(&[
+        "run",
+        f.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+        "--overwrite",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    // A finished run is replaced: no checkpoint of the old run survives next to the new one.
+    let before: Vec<_> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let (code, msg) = run(&[
+        "run",
+        f.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+        "--set",
+        "train.checkpoint_every=4",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("replacing the previous run"), "{msg}");
+    let after: Vec<_> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        after
+            .iter()
+            .all(|n| !before.contains(n) || n == "step-00000032"),
+        "{before:?} -> {after:?}"
+    );
+}

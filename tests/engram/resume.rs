@@ -112,7 +112,7 @@ fn a_corrupted_checkpoint_falls_back_to_the_previous_one() {
 fn resume_without_a_run_is_a_typed_error() {
     let d = tempfile::tempdir().unwrap();
     let (code, msg) = run(&["resume", d.path().to_str().unwrap()]);
-    assert_eq!(code, 1, "{msg}");
+    assert_eq!(code, 2, "{msg}");
     assert!(msg.contains("no run here"), "{msg}");
     assert!(!msg.contains("panicked"));
 }
@@ -159,6 +159,6 @@ fn eval_and_export_read_checkpoints() {
         serde_json::json!([10])
     );
     let (code, msg) = run(&["eval", d.path().to_str().unwrap()]);
-    assert_eq!(code, 1, "{msg}");
+    assert_eq!(code, 2, "{msg}");
     assert!(msg.contains("no checkpoint here"), "{msg}");
 }

@@ -1,10 +1,9 @@
 //! Image-classification datasets in IDX format, held as contiguous arrays.
 //!
-//! Where the files are looked for, in order:
-//! 1. the `path` given in `[data]` (a directory holding the four IDX files);
-//! 2. `$ENGRAM_DATA/<name>/` (`$ENGRAM_DATA` defaults to `./data`, where `engram data fetch`
-//!    writes);
-//! 3. `/usr/share/datasets/<name>/` (Debian's `dataset-fashion-mnist` installs there).
+//! Where the files are looked for: the `path` given in `[data]` when there is one (and only
+//! there); otherwise `$ENGRAM_DATA/<name>/` (`$ENGRAM_DATA` defaults to `./data`, where
+//! `engram data fetch` writes), then `/usr/share/datasets/<name>/` (Debian's
+//! `dataset-fashion-mnist` installs there).
 //!
 //! Each directory must hold `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
 //! `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte`, each raw or with `.gz`.
@@ -178,12 +177,36 @@ pub fn search_dirs(name: &str, configured: Option<&Path>) -> Vec<PathBuf> {
     dirs
 }
 
-/// Finds the directory holding dataset `name`.
+/// Finds the directory holding dataset `name`. A configured `path` is the only place looked
+/// (a wrong path is an error, never a silent fallback to another copy).
 ///
 /// # Errors
 /// [`Error::DatasetMissing`] listing the directories tried and how to get the files.
 pub fn resolve(name: &str, configured: Option<&Path>) -> Result<PathBuf> {
     let spec = spec(name)?;
+    if let Some(dir) = configured {
+        if has_all(dir) {
+            return Ok(dir.to_path_buf());
+        }
+        let missing: Vec<&str> = FILES
+            .iter()
+            .copied()
+            .filter(|f| file_in(dir, f).is_none())
+            .collect();
+        return Err(Error::DatasetMissing {
+            name: name.to_string(),
+            searched: dir.display().to_string(),
+            hint: format!(
+                "`[data] path` points here, but {} missing: {} (raw or .gz); fix the path or remove it to use $ENGRAM_DATA/{name} or /usr/share/datasets/{name}",
+                if missing.len() == 1 {
+                    "this file is"
+                } else {
+                    "these files are"
+                },
+                missing.join(", ")
+            ),
+        });
+    }
     let dirs = search_dirs(name, configured);
     if let Some(d) = dirs.iter().find(|d| has_all(d)) {
         return Ok(d.clone());

@@ -73,7 +73,16 @@ pub fn relative_to(cfg_file: &Path, p: &Path) -> PathBuf {
 pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     let start = Instant::now();
     let c = &cfg.config;
-    let device = crate::device::select(&c.run.device)?;
+    if !c.plugins.is_empty() {
+        return Err(cfg.error_at(
+            "plugins",
+            "plugins",
+            "runtime plugins are not available in this version of engram".into(),
+            Some("remove `plugins`; build the strategy into engram (see the book's in-process chapter)".into()),
+        ));
+    }
+    let device = crate::device::select(&c.run.device)
+        .map_err(|e| cfg.error_at("run", "device", e.to_string(), None))?;
     // Strategies are decoded before the data is read, so that a config error is reported
     // without waiting for the dataset.
     let spec = dataset::spec(&c.data.dataset)
@@ -584,14 +593,25 @@ pub fn run_from(
                     cx: &bcx,
                 };
                 let rows = batch.len();
-                let outcome = Next::new(&mut p.memory).run(StepRequest {
-                    model: &model,
-                    batch: batch.clone(),
-                    loss: &loss_fn,
-                    loss_scale: 1.0,
-                    compute_dtype: None,
-                    rng_seed,
-                })?;
+                let outcome = Next::new(&mut p.memory)
+                    .run(StepRequest {
+                        model: &model,
+                        batch: batch.clone(),
+                        loss: &loss_fn,
+                        loss_scale: 1.0,
+                        compute_dtype: None,
+                        rng_seed,
+                    })
+                    .map_err(|e| match e {
+                        Error::Strategy { strategy, message } => Error::Strategy {
+                            strategy,
+                            message: format!(
+                                "{message} (task {round}, epoch {epoch}, step {} of the task)",
+                                pr.step_in_task
+                            ),
+                        },
+                        other => other,
+                    })?;
                 meter.sample(&inner);
                 if outcome.skipped {
                     pr.counters.skipped_steps += 1;
