@@ -4,7 +4,7 @@
 //! - `model.bpk`: the model's parameters (burnpack, which keeps parameter ids);
 //! - `optimizer.bin`: burn-optim's optimiser state (burnpack);
 //! - `state.json`: the loop's [`Progress`] and every strategy's metadata;
-//! - `tensors.bin`: every strategy's tensors as little-endian `f32`, indexed in `state.json`;
+//! - `tensors.bpk`: every strategy's tensors (burnpack), indexed in `state.json`;
 //! - `manifest.json`, written last: the SHA-256 of each file.
 //!
 //! The files are written into `step-NNNNNNNN.tmp/`, which is renamed into place only once the
@@ -109,8 +109,8 @@ impl Default for Progress {
 struct SavedStrategy {
     name: String,
     meta: serde_json::Value,
-    /// Tensor name → (offset in `tensors.bin` in `f32`s, shape).
-    tensors: BTreeMap<String, (usize, Vec<usize>)>,
+    /// Tensor name → (its name in `tensors.bpk`, shape).
+    tensors: BTreeMap<String, (String, Vec<usize>)>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -154,35 +154,62 @@ fn sha256(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn pack(list: &[(String, StrategyState)], blob: &mut Vec<f32>) -> Vec<SavedStrategy> {
+fn pack(
+    kind: &str,
+    list: &[(String, StrategyState)],
+    blob: &mut Vec<burn::store::burn_pack::Tensor>,
+) -> Vec<SavedStrategy> {
+    use burn::store::burn_pack::{Bytes, DType, Tensor};
     list.iter()
-        .map(|(name, s)| SavedStrategy {
+        .enumerate()
+        .map(|(i, (name, s))| SavedStrategy {
             name: name.clone(),
             meta: s.meta.clone(),
             tensors: s
                 .tensors
                 .iter()
                 .map(|(k, t)| {
-                    let off = blob.len();
-                    blob.extend_from_slice(&t.values);
-                    (k.clone(), (off, t.shape.clone()))
+                    let packed = format!("{kind}/{i}/{k}");
+                    let bytes: Vec<u8> = t.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    blob.push(Tensor::new(
+                        packed.clone(),
+                        DType::F32,
+                        t.shape.clone(),
+                        None,
+                        Bytes::from_bytes_vec(bytes),
+                    ));
+                    (k.clone(), (packed, t.shape.clone()))
                 })
                 .collect(),
         })
         .collect()
 }
 
-fn unpack(saved: Vec<SavedStrategy>, blob: &[f32]) -> Option<Vec<(String, StrategyState)>> {
+fn unpack(
+    saved: Vec<SavedStrategy>,
+    reader: &burn::store::burn_pack::Reader,
+) -> std::result::Result<Vec<(String, StrategyState)>, String> {
     saved
         .into_iter()
         .map(|s| {
             let mut tensors = BTreeMap::new();
-            for (k, (off, shape)) in s.tensors {
-                let n: usize = shape.iter().product();
-                let values = blob.get(off..off + n)?.to_vec();
+            for (k, (packed, shape)) in s.tensors {
+                let raw = reader
+                    .tensor_data(&packed)
+                    .map_err(|e| format!("{packed}: {e}"))?;
+                let values: Vec<f32> = raw
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                if values.len() != shape.iter().product::<usize>() {
+                    return Err(format!(
+                        "{packed}: {} values for shape {shape:?}",
+                        values.len()
+                    ));
+                }
                 tensors.insert(k, StateTensor { shape, values });
             }
-            Some((
+            Ok((
                 s.name,
                 StrategyState {
                     meta: s.meta,
@@ -230,18 +257,20 @@ pub fn save(out: &Path, step: usize, ck: &Checkpoint) -> Result<PathBuf> {
     let state = StateFile {
         format: FORMAT,
         progress: ck.progress.clone(),
-        forgetting: pack(&ck.forgetting, &mut blob),
-        memory: pack(&ck.memory, &mut blob),
-        schedulers: pack(&ck.schedulers, &mut blob),
+        forgetting: pack("forgetting", &ck.forgetting, &mut blob),
+        memory: pack("memory", &ck.memory, &mut blob),
+        schedulers: pack("scheduler", &ck.schedulers, &mut blob),
     };
     let state_json =
         serde_json::to_vec(&state).map_err(|e| Error::Other(format!("checkpoint: {e}")))?;
-    let tensors: Vec<u8> = blob.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let tensors = burn::store::burn_pack::Writer::new(blob)
+        .into_bytes()
+        .map_err(|e| Error::Other(format!("checkpoint tensors: {e}")))?;
     let files: [(&str, &[u8]); 4] = [
         ("model.bpk", &ck.model),
         ("optimizer.bin", &ck.optimizer),
         ("state.json", &state_json),
-        ("tensors.bin", &tensors),
+        ("tensors.bpk", &tensors),
     ];
     let mut manifest = Manifest {
         format: FORMAT,
@@ -318,13 +347,12 @@ pub fn load_dir(path: &Path) -> Result<Checkpoint> {
             state.format
         )));
     }
-    let raw = take(&mut files, "tensors.bin")?;
-    let blob: Vec<f32> = raw
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    let un =
-        |v| unpack(v, &blob).ok_or_else(|| bad("tensors.bin is shorter than its index".into()));
+    let raw = take(&mut files, "tensors.bpk")?;
+    let reader = burn::store::burn_pack::Reader::from_bytes(
+        burn::store::burn_pack::Bytes::from_bytes_vec(raw),
+    )
+    .map_err(|e| bad(format!("tensors.bpk: {e}")))?;
+    let un = |v| unpack(v, &reader).map_err(|e| bad(format!("tensors.bpk: {e}")));
     Ok(Checkpoint {
         model: take(&mut files, "model.bpk")?,
         optimizer: take(&mut files, "optimizer.bin")?,
@@ -399,7 +427,7 @@ mod tests {
         assert_eq!(got.forgetting, ck(3).forgetting);
         assert_eq!(got.model, vec![1, 2, 3]);
         // Corrupt the newest: its manifest catches it and the previous one is used.
-        std::fs::write(dir(d.path()).join("step-00000003/tensors.bin"), b"xx").unwrap();
+        std::fs::write(dir(d.path()).join("step-00000003/tensors.bpk"), b"xx").unwrap();
         let (latest, skipped) = load_latest(d.path());
         assert_eq!(latest.unwrap().1.progress.round, 2);
         assert_eq!(skipped.len(), 1);
