@@ -128,31 +128,66 @@ pub struct MemoryRow {
     pub time_ratio: f64,
 }
 
-/// Peak memory and step time of `standard` and `checkpoint` on a deep MLP (`depth` hidden
-/// blocks of `width`, batch `batch`, synthetic input), measured in one process with the
+/// The model a memory benchmark runs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BenchModel {
+    /// A deep MLP: `depth` hidden blocks of `width`.
+    Mlp {
+        /// Hidden blocks.
+        depth: usize,
+        /// Their width.
+        width: usize,
+    },
+    /// The ViT: `depth` encoder blocks of width `width` (4 heads, 7×7 patches, dropout 0.1).
+    Vit {
+        /// Encoder blocks.
+        depth: usize,
+        /// Model width.
+        width: usize,
+    },
+}
+
+/// Peak memory and step time of `standard` and `checkpoint` (segments of about √blocks) on
+/// `model` at batch `batch` with synthetic 28×28 input, measured in one process with the
 /// counting allocator (CPU). Each row: 2 warm-up steps, then `steps` measured.
 ///
 /// # Errors
 /// Propagates a failed step.
 pub fn memory(
     device: &Device,
-    depth: usize,
-    width: usize,
+    model: &BenchModel,
     batch: usize,
     steps: usize,
 ) -> Result<Vec<MemoryRow>> {
     use engram_core::train::memory::{heap, reset_heap_peak};
     let ad = device.clone().autodiff();
     let mut r = rng::stream(0, "bench-memory", 0, 0);
-    let model = build_mlp(
-        784,
-        &vec![width; depth],
-        10,
-        ActivationKind::Relu,
-        0.0,
-        &mut r,
-        &ad,
-    );
+    ad.seed(1);
+    let model = match *model {
+        BenchModel::Mlp { depth, width } => build_mlp(
+            784,
+            &vec![width; depth],
+            10,
+            ActivationKind::Relu,
+            0.0,
+            &mut r,
+            &ad,
+        ),
+        BenchModel::Vit { depth, width } => engram_core::model::vit::build_vit(
+            &engram_core::model::vit::VitShape {
+                side: 28,
+                patch: 7,
+                dim: width,
+                depth,
+                heads: 4,
+                mlp_ratio: 2,
+                dropout: 0.1,
+            },
+            10,
+            &mut r,
+            &ad,
+        ),
+    };
     let xs: Vec<f32> = (0..batch * 784)
         .map(|_| r.random_range(-1.0..1.0))
         .collect();

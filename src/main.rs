@@ -144,18 +144,18 @@ enum DataCommand {
 enum BenchCommand {
     /// Peak memory and step time of the memory strategies (standard, checkpoint) on one model.
     Memory {
-        /// The model: `mlp` (a deep MLP; the ViT is the memory issue's next step).
-        #[arg(long, default_value = "mlp")]
+        /// The model: `vit` (8 encoder blocks of width 128) or `mlp` (16 blocks of 256).
+        #[arg(long, default_value = "vit")]
         model: String,
-        /// Batch size (default 4096: activations, not weights, dominate a step's memory).
-        #[arg(long, default_value_t = 4096)]
-        batch: usize,
-        /// Hidden blocks of the deep MLP.
-        #[arg(long, default_value_t = 16)]
-        depth: usize,
-        /// Width of each hidden block.
-        #[arg(long, default_value_t = 256)]
-        width: usize,
+        /// Batch size (default 256 for the ViT, 4096 for the MLP).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Blocks (encoder blocks of the ViT, hidden blocks of the MLP).
+        #[arg(long)]
+        depth: Option<usize>,
+        /// Width of each block.
+        #[arg(long)]
+        width: Option<usize>,
         /// Measured steps per strategy.
         #[arg(long, default_value_t = 3)]
         steps: usize,
@@ -312,15 +312,32 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     json,
                 },
         } => {
-            if model != "mlp" {
-                return Err(Error::Data(format!(
-                    "bench memory: model `{model}` is not available yet (available: mlp)"
-                )));
-            }
+            use engram::bench::BenchModel;
+            let (m, batch) = match model.as_str() {
+                "vit" => (
+                    BenchModel::Vit {
+                        depth: depth.unwrap_or(8),
+                        width: width.unwrap_or(128),
+                    },
+                    batch.unwrap_or(256),
+                ),
+                "mlp" => (
+                    BenchModel::Mlp {
+                        depth: depth.unwrap_or(16),
+                        width: width.unwrap_or(256),
+                    },
+                    batch.unwrap_or(4096),
+                ),
+                other => {
+                    return Err(Error::Data(format!(
+                        "bench memory: unknown model `{other}` (available: vit, mlp)"
+                    )));
+                }
+            };
             let device = engram::core::burn::tensor::Device::flex();
-            let rows = engram::bench::memory(&device, *depth, *width, *batch, (*steps).max(1))?;
+            let rows = engram::bench::memory(&device, &m, batch, (*steps).max(1))?;
             println!(
-                "deep MLP 784-{depth}×{width}-10, batch {batch}, CPU heap (counting allocator); peak = bytes above the step's start"
+                "{m:?}, batch {batch}, CPU heap (counting allocator); peak = bytes above the step's start"
             );
             println!(
                 "{:<12} {:>12} {:>10} {:>8} {:>8}",

@@ -118,9 +118,35 @@ pub struct ModelConfig {
     /// `relu` (default), `gelu` or `tanh`.
     #[serde(default)]
     pub activation: crate::model::mlp::ActivationKind,
-    /// Dropout probability after each hidden layer. Default 0.
+    /// Dropout probability after each hidden layer (and in the ViT's attention and
+    /// residual branches). Default 0.
     #[serde(default)]
     pub dropout: f64,
+    /// ViT: model width. Default 64.
+    #[serde(default = "default_dim")]
+    pub dim: usize,
+    /// ViT: encoder blocks. Default 4.
+    #[serde(default = "default_depth")]
+    pub depth: usize,
+    /// ViT: attention heads (must divide `dim`). Default 4.
+    #[serde(default = "default_heads")]
+    pub heads: usize,
+    /// ViT: patch side in pixels (must divide the image side, 28). Default 7.
+    #[serde(default = "default_patch")]
+    pub patch: usize,
+}
+
+fn default_dim() -> usize {
+    64
+}
+fn default_depth() -> usize {
+    4
+}
+fn default_heads() -> usize {
+    4
+}
+fn default_patch() -> usize {
+    7
 }
 
 fn default_hidden() -> Vec<usize> {
@@ -627,12 +653,32 @@ impl LoadedConfig {
                 None,
             ));
         }
-        if c.model.kind != "mlp" {
+        if c.model.kind != "mlp" && c.model.kind != "vit" {
             return Err(self.error_at(
                 "model",
                 "type",
                 format!("unknown model type `{}`", c.model.kind),
-                Some("available: mlp".into()),
+                Some("available: mlp, vit".into()),
+            ));
+        }
+        let m = &c.model;
+        if m.kind == "vit"
+            && (m.dim == 0
+                || m.heads == 0
+                || !m.dim.is_multiple_of(m.heads)
+                || m.patch == 0
+                || !28usize.is_multiple_of(m.patch)
+                || m.depth > 256
+                || m.dim > 4096)
+        {
+            return Err(self.error_at(
+                "model",
+                "dim",
+                format!(
+                    "vit: dim {} must be a multiple of heads {}, patch {} must divide 28, depth ≤ 256",
+                    m.dim, m.heads, m.patch
+                ),
+                None,
             ));
         }
         Ok(())

@@ -181,7 +181,7 @@ mod tests {
     use engram_core::strategy::LossFn;
 
     /// Burn's RNG is process-global: tests that draw dropout masks must not interleave.
-    static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    pub(super) static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     struct Ce;
     impl LossFn for Ce {
@@ -296,5 +296,89 @@ mod tests {
         assert_eq!(Checkpoint::new(3).segments(7), vec![0..3, 3..6, 6..7]);
         assert_eq!(Checkpoint::new(0).segments(9), vec![0..3, 3..6, 6..9]);
         assert_eq!(Checkpoint::new(10).segments(4), vec![0..4]);
+    }
+}
+
+#[cfg(test)]
+mod vit_tests {
+    use super::*;
+    use engram_core::burn::tensor::{Device, Int, TensorData};
+    use engram_core::data::stream::{Batch, SampleRef};
+    use engram_core::model::vit::{VitShape, build_vit};
+    use engram_core::strategy::LossFn;
+
+    struct Ce;
+    impl LossFn for Ce {
+        fn loss(&self, _m: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>) {
+            let ce = engram_core::train::trainer::per_sample_cross_entropy(logits, batch);
+            (ce.clone().mean(), ce)
+        }
+    }
+
+    #[test]
+    fn vit_with_dropout_checkpointed_gradients_equal_plain() {
+        let _rng = super::tests::RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let d = Device::flex().autodiff();
+        d.seed(3);
+        let mut r = engram_core::rng::stream(1, "init", 0, 0);
+        let shape = VitShape {
+            side: 28,
+            patch: 7,
+            dim: 16,
+            depth: 4,
+            heads: 2,
+            mlp_ratio: 2,
+            dropout: 0.2,
+        };
+        let m = build_vit(&shape, 10, &mut r, &d);
+        // The attention weights are findable by path (EWC's layered importance).
+        assert!(
+            m.params()
+                .iter()
+                .any(|p| p.path == "blocks.1.attention.query.weight")
+        );
+        let x: Vec<f32> = (0..4 * 784)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0)
+            .collect();
+        let b = Batch {
+            x: Tensor::from_data(TensorData::new(x, [4, 784]), &d),
+            y: Tensor::<1, Int>::from_data(TensorData::new(vec![1i64, 3, 5, 7], [4]), &d),
+            weights: None,
+            logit_mask: None,
+            refs: (0..4).map(|i| SampleRef { task: 0, index: i }).collect(),
+            new_samples: 4,
+        };
+        let req = || StepRequest {
+            model: &m,
+            batch: b.clone(),
+            loss: &Ce,
+            loss_scale: 1.0,
+            compute_dtype: None,
+            rng_seed: 11,
+        };
+        let grads = |o: &StepOutcome| -> Vec<Vec<f32>> {
+            m.flat_grads(&o.grads)
+                .into_iter()
+                .map(|(_, g)| g.into_data().try_to_vec::<f32>().unwrap())
+                .collect()
+        };
+        let want = grads(&crate::standard::plain_step(req()).unwrap());
+        for interval in [1, 2, 3] {
+            let got = grads(
+                &checkpointed_step(req(), &Checkpoint::new(interval).segments(m.num_blocks()))
+                    .unwrap(),
+            );
+            assert_eq!(got.len(), want.len());
+            let err = got
+                .iter()
+                .zip(&want)
+                .flat_map(|(a, b)| {
+                    a.iter()
+                        .zip(b)
+                        .map(|(p, q)| (p - q).abs() / q.abs().max(1e-3))
+                })
+                .fold(0.0f32, f32::max);
+            assert!(err <= 1e-5, "interval {interval}: max relative error {err}");
+        }
     }
 }

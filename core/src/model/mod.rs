@@ -18,6 +18,7 @@
 
 pub mod bridge;
 pub mod mlp;
+pub mod vit;
 
 use crate::model::bridge::{DynMapper, DynVisitor, FromDynMapper, FromDynVisitor};
 use bridge::{ToDynMapper, ToDynVisitor};

@@ -123,6 +123,24 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
 pub fn build_model(cfg: &LoadedConfig, stream: &Stream, device: &Device) -> Model {
     let c = &cfg.config;
     let mut r = rng::stream(c.run.seed, "init", 0, 0);
+    if c.model.kind == "vit" {
+        device.seed(rng::derive_seed(c.run.seed, "burn-init", 0, 0));
+        let hw = stream.dataset.image_hw;
+        return crate::model::vit::build_vit(
+            &crate::model::vit::VitShape {
+                side: hw.0,
+                patch: c.model.patch,
+                dim: c.model.dim,
+                depth: c.model.depth,
+                heads: c.model.heads,
+                mlp_ratio: 2,
+                dropout: c.model.dropout,
+            },
+            stream.num_classes,
+            &mut r,
+            device,
+        );
+    }
     mlp::build_mlp(
         stream.dataset.train.features,
         &c.model.hidden,

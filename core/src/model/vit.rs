@@ -1,0 +1,167 @@
+//! A small vision transformer (Dosovitskiy et al. 2021, "An Image is Worth 16×16 Words"),
+//! built as blocks: a patch embedding, `depth` pre-norm encoder blocks (multi-head
+//! self-attention and an MLP, each with a residual connection) and a classification head.
+//!
+//! The attention parameters live under `blocks.N.attention.*` (query, key, value, output), so
+//! EWC's default layered-importance group (`attention|attn`) finds them by path.
+
+use super::mlp::init_linear;
+use super::{Activation, Block, DynBlock, ForwardCtx, Model};
+use crate::rng::Rng;
+use burn::module::{Module, Param};
+use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear};
+use burn::tensor::{Device, Tensor, TensorData, activation};
+use rand::Rng as _;
+
+/// Cuts `[batch, side·side]` images into `patch × patch` patches and embeds each:
+/// `[batch, side²]` → `[batch, tokens, dim]`, plus a learned position embedding.
+#[derive(Module, Debug)]
+pub struct PatchEmbed {
+    /// Patch pixels to model width, weight `[patch², dim]`.
+    pub proj: Linear,
+    /// Position embedding `[tokens, dim]`.
+    pub position: Param<Tensor<2>>,
+    /// Image side in pixels.
+    #[module(skip)]
+    pub side: usize,
+    /// Patch side in pixels.
+    #[module(skip)]
+    pub patch: usize,
+}
+
+impl Block for PatchEmbed {
+    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+        let x = x.into_flat();
+        let b = x.dims()[0];
+        let (s, p) = (self.side, self.patch);
+        let g = s / p;
+        // [b, s·s] → [b, g, p, g, p] → [b, g, g, p, p] → [b, g·g, p·p]
+        let patches = x
+            .reshape([b, g, p, g, p])
+            .swap_dims(2, 3)
+            .reshape([b, g * g, p * p]);
+        let tokens = self.proj.forward(patches);
+        Activation::Seq(tokens + self.position.val().unsqueeze_dim(0))
+    }
+    fn kind(&self) -> &'static str {
+        "patch_embed"
+    }
+}
+
+/// A pre-norm transformer encoder block: `x + attn(LN(x))`, then `x + MLP(LN(x))`;
+/// `[batch, tokens, dim]` in and out.
+#[derive(Module, Debug)]
+pub struct EncoderBlock {
+    /// Norm before attention.
+    pub norm1: LayerNorm,
+    /// Multi-head self-attention (`attention.query/key/value/output`).
+    pub attention: MultiHeadAttention,
+    /// Norm before the MLP.
+    pub norm2: LayerNorm,
+    /// MLP expansion, weight `[dim, hidden]`.
+    pub fc1: Linear,
+    /// MLP projection, weight `[hidden, dim]`.
+    pub fc2: Linear,
+    /// Dropout after each residual branch.
+    pub dropout: Dropout,
+}
+
+impl Block for EncoderBlock {
+    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+        let Activation::Seq(x) = x else {
+            panic!(
+                "an encoder block takes tokens [batch, tokens, dim]; put a patch embedding first"
+            );
+        };
+        let a = self
+            .attention
+            .forward(MhaInput::self_attn(self.norm1.forward(x.clone())))
+            .context;
+        let x = x + self.dropout.forward(a);
+        let h = activation::gelu(self.fc1.forward(self.norm2.forward(x.clone())));
+        let x = x + self.dropout.forward(self.fc2.forward(h));
+        Activation::Seq(x)
+    }
+    fn kind(&self) -> &'static str {
+        "encoder"
+    }
+}
+
+/// Layer norm, mean over tokens, linear to logits: `[batch, tokens, dim]` → `[batch, classes]`.
+#[derive(Module, Debug)]
+pub struct TokenHead {
+    /// Final norm.
+    pub norm: LayerNorm,
+    /// Classifier, weight `[dim, classes]`.
+    pub linear: Linear,
+}
+
+impl Block for TokenHead {
+    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+        let Activation::Seq(x) = x else {
+            panic!("the token head takes tokens [batch, tokens, dim]");
+        };
+        let pooled = self.norm.forward(x).mean_dim(1).squeeze_dim::<2>(1);
+        Activation::Flat(self.linear.forward(pooled))
+    }
+    fn kind(&self) -> &'static str {
+        "head"
+    }
+}
+
+/// Shape of a [`build_vit`] model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VitShape {
+    /// Image side in pixels (28 for the MNIST family).
+    pub side: usize,
+    /// Patch side in pixels; must divide `side`.
+    pub patch: usize,
+    /// Model width.
+    pub dim: usize,
+    /// Encoder blocks.
+    pub depth: usize,
+    /// Attention heads; must divide `dim`.
+    pub heads: usize,
+    /// MLP hidden width as a multiple of `dim`.
+    pub mlp_ratio: usize,
+    /// Dropout probability in `[0, 1)` (attention weights and residual branches).
+    pub dropout: f64,
+}
+
+/// Builds a ViT for `classes` classes. Linear layers and the position embedding are drawn from
+/// `rng`; the attention layers from Burn's RNG, which the caller seeds (the trainer seeds it
+/// from the run seed before building).
+pub fn build_vit(shape: &VitShape, classes: usize, rng: &mut Rng, device: &Device) -> Model {
+    let tokens = (shape.side / shape.patch).pow(2);
+    let d = shape.dim;
+    let pos: Vec<f32> = (0..tokens * d)
+        .map(|_| rng.random_range(-0.02..0.02))
+        .collect();
+    let mut blocks = vec![DynBlock::new(PatchEmbed {
+        proj: init_linear(shape.patch * shape.patch, d, rng, device),
+        position: Param::from_data(TensorData::new(pos, [tokens, d]), device),
+        side: shape.side,
+        patch: shape.patch,
+    })];
+    for _ in 0..shape.depth {
+        blocks.push(DynBlock::new(EncoderBlock {
+            norm1: LayerNormConfig::new(d).init(device),
+            attention: MultiHeadAttentionConfig::new(d, shape.heads)
+                .with_dropout(shape.dropout)
+                .init(device),
+            norm2: LayerNormConfig::new(d).init(device),
+            fc1: init_linear(d, d * shape.mlp_ratio, rng, device),
+            fc2: init_linear(d * shape.mlp_ratio, d, rng, device),
+            dropout: DropoutConfig::new(shape.dropout).init(),
+        }));
+    }
+    blocks.push(DynBlock::new(TokenHead {
+        norm: LayerNormConfig::new(d).init(device),
+        linear: init_linear(d, classes, rng, device),
+    }));
+    let model = Model::new(blocks, classes);
+    // Draw every lazily initialised parameter now, under the caller's seed.
+    let _ = model.params();
+    model
+}
