@@ -110,21 +110,8 @@ pub fn checkpointed_step(
         .forward_range_seeded(segments[last].clone(), xin.clone(), &ctx, req.rng_seed)
         .into_flat();
     let (loss, ce) = req.loss.loss(model, logits, &req.batch);
-    let value = loss.clone().into_scalar::<f32>();
-    let sample_losses = ce.into_data().convert::<f32>().try_to_vec::<f32>().ok();
-    if !value.is_finite() && req.loss_scale == 1.0 {
-        return Err(Error::Strategy {
-            strategy: "checkpoint".into(),
-            message: format!(
-                "the loss is {value}: training diverged (lower the learning rate or add clip_norm)"
-            ),
-        });
-    }
-    let scaled = if req.loss_scale == 1.0 {
-        loss
-    } else {
-        loss.mul_scalar(req.loss_scale)
-    };
+    let (value, sample_losses, scaled) =
+        crate::standard::read_loss(loss, ce, req.loss_scale, "checkpoint")?;
     let grads = scaled.backward();
     let mut upstream = if last > 0 { xin.grad(&grads) } else { None };
     let mut acc = HashMap::new();

@@ -2,6 +2,7 @@
 //! pass. The execution layer every other memory strategy wraps.
 
 use engram_core::burn::optim::GradientsParams;
+use engram_core::burn::tensor::Tensor;
 use engram_core::config::ParamSource;
 use engram_core::model::Activation;
 use engram_core::registry::BuildContext;
@@ -17,6 +18,36 @@ pub struct StandardParams {}
 /// Forward the whole model, compute the loss, backward, collect parameter gradients.
 #[derive(Debug, Default)]
 pub struct Standard;
+
+/// Reads a step's loss `[1]` and per-sample cross-entropy `[batch]` back and returns them with
+/// the loss multiplied by `loss_scale`, ready for backward.
+///
+/// # Errors
+/// [`Error::Strategy`] naming `strategy` when the loss is not finite and no loss scaling is
+/// active (a scaler handles inf/NaN by skipping the step).
+pub fn read_loss(
+    loss: Tensor<1>,
+    ce: Tensor<1>,
+    loss_scale: f32,
+    strategy: &str,
+) -> Result<(f32, Option<Vec<f32>>, Tensor<1>)> {
+    let value = loss.clone().into_scalar::<f32>();
+    let sample_losses = ce.into_data().convert::<f32>().try_to_vec::<f32>().ok();
+    if !value.is_finite() && loss_scale == 1.0 {
+        return Err(Error::Strategy {
+            strategy: strategy.into(),
+            message: format!(
+                "the loss is {value}: training diverged (lower the learning rate or add clip_norm)"
+            ),
+        });
+    }
+    let scaled = if loss_scale == 1.0 {
+        loss
+    } else {
+        loss.mul_scalar(loss_scale)
+    };
+    Ok((value, sample_losses, scaled))
+}
 
 /// Runs one plain step of `req`: forward on `req.batch.x` `[batch, features]`, loss × scale,
 /// backward. Gradients come back multiplied by `req.loss_scale`.
@@ -38,21 +69,7 @@ pub fn plain_step(req: StepRequest<'_>) -> Result<StepOutcome> {
         )
         .into_flat();
     let (loss, ce) = req.loss.loss(req.model, logits, &req.batch);
-    let value = loss.clone().into_scalar::<f32>();
-    let sample_losses = ce.into_data().convert::<f32>().try_to_vec::<f32>().ok();
-    if !value.is_finite() && req.loss_scale == 1.0 {
-        return Err(Error::Strategy {
-            strategy: "standard".into(),
-            message: format!(
-                "the loss is {value}: training diverged (lower the learning rate or add clip_norm)"
-            ),
-        });
-    }
-    let scaled = if req.loss_scale == 1.0 {
-        loss
-    } else {
-        loss.mul_scalar(req.loss_scale)
-    };
+    let (value, sample_losses, scaled) = read_loss(loss, ce, req.loss_scale, "standard")?;
     let grads = scaled.backward();
     let grads = GradientsParams::from_grads(grads, req.model);
     Ok(StepOutcome {

@@ -903,6 +903,28 @@ pub fn run_from(
     Ok(report)
 }
 
+/// The effective config a run wrote into `out` (`config.toml`), attributed to the file it came
+/// from (`run.json`) so that relative paths in it resolve as they did.
+///
+/// # Errors
+/// [`Error::Checkpoint`] when `out` holds no run; config errors as [`LoadedConfig::from_source`].
+pub fn run_config(out: &Path) -> Result<LoadedConfig> {
+    let cfg_path = out.join("config.toml");
+    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::Checkpoint {
+        path: out.to_path_buf(),
+        message: format!("no run here ({}: {e})", cfg_path.display()),
+    })?;
+    let meta: serde_json::Value = std::fs::read(out.join("run.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let source = meta["config"]
+        .as_str()
+        .map(PathBuf::from)
+        .unwrap_or(cfg_path);
+    LoadedConfig::from_source(&source, text)
+}
+
 /// Locates a checkpoint: `path` is a checkpoint directory (`OUT/checkpoints/step-N`) or a
 /// run's output directory (its newest valid checkpoint). Returns the run directory, the
 /// checkpoint directory and its contents.
@@ -941,19 +963,7 @@ pub fn load_checkpoint_model(
     registry: &Registry,
 ) -> Result<(Prepared, Model, Progress)> {
     let (out, dir, ck) = find_checkpoint(path)?;
-    let text = std::fs::read_to_string(out.join("config.toml")).map_err(|e| Error::Checkpoint {
-        path: out.clone(),
-        message: format!("the run's config.toml: {e}"),
-    })?;
-    let meta: serde_json::Value = std::fs::read(out.join("run.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    let source = meta["config"]
-        .as_str()
-        .map(PathBuf::from)
-        .unwrap_or(out.join("config.toml"));
-    let p = prepare(LoadedConfig::from_source(&source, text)?, registry)?;
+    let p = prepare(run_config(&out)?, registry)?;
     let model = build_model(&p.cfg, &p.stream, &p.device);
     let record =
         burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.model))
@@ -1005,21 +1015,7 @@ pub fn export_safetensors(model: &Model, path: &Path) -> Result<()> {
 /// # Errors
 /// [`Error::Checkpoint`] when `out` holds no run; otherwise as [`prepare`] and [`run`].
 pub fn resume(out: &Path, registry: &Registry, progress: bool) -> Result<Report> {
-    let cfg_path = out.join("config.toml");
-    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::Checkpoint {
-        path: out.to_path_buf(),
-        message: format!("no run here ({}: {e})", cfg_path.display()),
-    })?;
-    let meta: serde_json::Value = std::fs::read(out.join("run.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    let source = meta["config"]
-        .as_str()
-        .map(PathBuf::from)
-        .unwrap_or(cfg_path);
-    let cfg = LoadedConfig::from_source(&source, text)?;
-    let mut p = prepare(cfg, registry)?;
+    let mut p = prepare(run_config(out)?, registry)?;
     let (latest, skipped) = checkpoint::load_latest(out);
     for e in &skipped {
         eprintln!("warning: skipping a damaged checkpoint: {e}");
