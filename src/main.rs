@@ -232,8 +232,17 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 })
                 .collect();
             if *json {
-                let v = serde_json::json!({ "tasks_trained": progress.round, "accuracy": acc });
+                let v = serde_json::json!({
+                    "tasks_trained": progress.round,
+                    "step_in_task": progress.step_in_task,
+                    "accuracy": acc,
+                });
                 println!("{v}");
+            } else if progress.step_in_task > 0 {
+                println!(
+                    "after {} finished task(s) and {} step(s) of task {}:",
+                    progress.round, progress.step_in_task, progress.round
+                );
             } else {
                 println!("after {} trained task(s):", progress.round);
                 for (t, a) in acc.iter().enumerate() {

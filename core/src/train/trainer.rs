@@ -1020,6 +1020,28 @@ pub fn resume(out: &Path, registry: &Registry, progress: bool) -> Result<Report>
     for e in &skipped {
         eprintln!("warning: skipping a damaged checkpoint: {e}");
     }
+    match &latest {
+        Some((path, ck))
+            if ck.progress.round >= p.stream.len()
+                || (p.cfg.config.train.joint && ck.progress.round >= 1) =>
+        {
+            eprintln!(
+                "engram: {} is complete; rewriting its report from {}",
+                out.display(),
+                path.display()
+            )
+        }
+        Some((path, ck)) => eprintln!(
+            "engram: resuming from {} (task {}, step {} of the task)",
+            path.display(),
+            ck.progress.round,
+            ck.progress.step_in_task
+        ),
+        None => eprintln!(
+            "engram: no checkpoint yet; starting {} from the beginning",
+            out.display()
+        ),
+    }
     run_from(
         &mut p,
         &RunOptions {
