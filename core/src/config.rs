@@ -216,6 +216,24 @@ pub struct TrainConfig {
     /// Also write a checkpoint every this many steps (checkpoints are always written after
     /// each task). Default: off.
     pub checkpoint_every: Option<usize>,
+    /// The leak alarm: `warn` (default: an event in report.json and a warning), `stop` (end
+    /// the run with an error) or `off`.
+    pub on_leak: OnLeak,
+    /// The leak alarm's threshold: usage above this multiple of the task's baseline. Default 1.5.
+    pub leak_factor: f64,
+}
+
+/// What the leak alarm does.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLeak {
+    /// Warn and record an event.
+    #[default]
+    Warn,
+    /// Stop the run with an error.
+    Stop,
+    /// No alarm.
+    Off,
 }
 
 impl Default for TrainConfig {
@@ -228,6 +246,8 @@ impl Default for TrainConfig {
             clip_norm: None,
             log_every: 10,
             checkpoint_every: None,
+            on_leak: OnLeak::Warn,
+            leak_factor: 1.5,
         }
     }
 }
@@ -607,6 +627,14 @@ impl LoadedConfig {
                 "clip_norm",
                 format!("clip_norm {v} must be positive"),
                 Some("remove it to train without clipping".into()),
+            ));
+        }
+        if !(c.train.leak_factor >= 1.0 && c.train.leak_factor.is_finite()) {
+            return Err(self.error_at(
+                "train",
+                "leak_factor",
+                format!("leak_factor {} must be at least 1", c.train.leak_factor),
+                None,
             ));
         }
         if c.train.checkpoint_every == Some(0) {

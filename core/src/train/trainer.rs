@@ -500,6 +500,7 @@ pub fn run_from(
 
     let joint = c.train.joint;
     let rounds = if joint { 1 } else { n_tasks };
+    let mut leaks = memory::LeakDetector::new(c.train.leak_factor);
     // Only a run with an anomaly policy pays for the in-memory task-start snapshot.
     let anomaly_policy = p.schedulers.iter().any(|s| s.name() == "anomaly");
 
@@ -554,6 +555,7 @@ pub fn run_from(
             pr.task_train = PhaseMemory::default();
         }
 
+        leaks.start_task();
         let steps_per_epoch = info.train_samples.div_ceil(c.train.batch_size);
         let steps_per_task = steps_per_epoch * c.train.epochs;
         let bar = progress_bar(opts.progress, steps_per_task as u64, round, rounds, joint);
@@ -655,6 +657,23 @@ pub fn run_from(
                 for f in p.forgetting.iter_mut() {
                     let name = f.name().to_string();
                     f.after_step(&scx).map_err(|e| strategy_err(&name, e))?;
+                }
+                if c.train.on_leak != crate::config::OnLeak::Off
+                    && let Some(bytes) = memory::device_bytes(&inner)
+                    && let Some(summary) = leaks.observe(pr.step_in_task, bytes)
+                {
+                    if c.train.on_leak == crate::config::OnLeak::Stop {
+                        bar.finish_and_clear();
+                        return Err(Error::Other(format!(
+                            "leak alarm (on_leak = \"stop\") at task {round}: {summary}"
+                        )));
+                    }
+                    eprintln!("warning: leak alarm at task {round}: {summary}");
+                    pr.events.push(Event {
+                        task: round,
+                        kind: "leak".into(),
+                        message: summary,
+                    });
                 }
                 pr.last_lr = controls.lr;
                 pr.counters.steps += 1;
