@@ -10,12 +10,14 @@
 //! | `replay` | forgetting | [`replay`] |
 //! | `standard` | memory | [`standard`] |
 //! | `checkpoint` | memory | [`checkpoint`] |
+//! | `accumulate` | memory | [`accumulate`] |
 //! | `constant` | scheduler | [`constant`] |
 //! | `lr`, `reg_warmup`, `replay_ratio`, `cadence`, `anomaly` | scheduler | [`schedules`] |
 //!
 //! A crate listed only as a dependency is not linked, and `inventory` registrations of an
 //! unlinked crate vanish; the `engram` facade calls [`link`] so that they are always present.
 
+pub mod accumulate;
 pub mod checkpoint;
 pub mod constant;
 pub mod ewc;
@@ -31,6 +33,7 @@ pub const BUILTIN_NAMES: &[&str] = &[
     "replay",
     "standard",
     "checkpoint",
+    "accumulate",
     "constant",
     "lr",
     "reg_warmup",

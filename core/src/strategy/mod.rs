@@ -296,6 +296,14 @@ impl<'a> Next<'a> {
         Self { chain }
     }
 
+    /// The same rest of the chain, borrowed again, for a strategy that runs it several times
+    /// (gradient accumulation).
+    pub fn reborrow(&mut self) -> Next<'_> {
+        Next {
+            chain: &mut *self.chain,
+        }
+    }
+
     /// Runs the next strategy of the chain.
     ///
     /// # Errors
