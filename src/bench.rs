@@ -149,7 +149,9 @@ pub enum BenchModel {
 
 /// Peak memory and step time of `standard` and `checkpoint` (segments of about √blocks) on
 /// `model` at batch `batch` with synthetic 28×28 input, measured in one process with the
-/// counting allocator (CPU). Each row: 2 warm-up steps, then `steps` measured.
+/// counting allocator (CPU). Each row: 2 warm-up steps, then `steps` measured. Two more rows
+/// compare a forward pass with its autodiff graph (`forward_tracked`) and evaluation on the
+/// inference copy without a graph (`eval_no_graph`); their ratios are to `forward_tracked`.
 ///
 /// # Errors
 /// Propagates a failed step.
@@ -253,6 +255,52 @@ pub fn memory(
     for r in rows.iter_mut() {
         r.peak_ratio = r.peak_bytes as f64 / p0;
         r.time_ratio = r.step_seconds / t0;
+    }
+    // Evaluation: a forward pass on the inference copy (no autodiff graph) against the same
+    // forward with a graph kept alive (what evaluating on the training model would hold).
+    use engram_core::burn::module::Module as _;
+    use engram_core::model::{Activation, ForwardCtx};
+    let valid = model.valid();
+    let inner = device.clone();
+    for name in ["forward_tracked", "eval_no_graph"] {
+        let mut peak = 0u64;
+        let mut secs = 0.0;
+        for s in 0..steps + 1 {
+            reset_heap_peak();
+            let before = heap().map_or(0, |h| h.current);
+            let t = Instant::now();
+            let logits = if name == "eval_no_graph" {
+                let x = Tensor::<2>::from_data(TensorData::new(xs.clone(), [batch, 784]), &inner);
+                valid.forward(Activation::Flat(x), &ForwardCtx::default())
+            } else {
+                let x = Tensor::<2>::from_data(TensorData::new(xs.clone(), [batch, 784]), &ad);
+                model.forward(Activation::Flat(x), &ForwardCtx::default())
+            };
+            let _ = logits.clone().sum().into_scalar::<f32>();
+            let dt = t.elapsed().as_secs_f64();
+            let p = heap().map_or(0, |h| h.peak).saturating_sub(before);
+            drop(logits);
+            if s >= 1 {
+                peak = peak.max(p);
+                secs += dt;
+            }
+        }
+        rows.push(MemoryRow {
+            name: name.into(),
+            peak_bytes: peak,
+            step_seconds: secs / steps as f64,
+            peak_ratio: 1.0,
+            time_ratio: 1.0,
+        });
+    }
+    let n = rows.len();
+    let (p1, t1) = (
+        rows[n - 2].peak_bytes.max(1) as f64,
+        rows[n - 2].step_seconds.max(1e-12),
+    );
+    for r in rows[n - 2..].iter_mut() {
+        r.peak_ratio = r.peak_bytes as f64 / p1;
+        r.time_ratio = r.step_seconds / t1;
     }
     Ok(rows)
 }

@@ -349,12 +349,15 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 "{m:?}, batch {batch}, CPU heap (counting allocator); peak = bytes above the step's start"
             );
             println!(
-                "{:<12} {:>12} {:>10} {:>8} {:>8}",
-                "strategy", "peak MiB", "step ms", "peak ×", "time ×"
+                "{:<16} {:>12} {:>10} {:>8} {:>8}",
+                "training step", "peak MiB", "step ms", "peak ×", "time ×"
             );
-            for r in &rows {
+            for (i, r) in rows.iter().enumerate() {
+                if i == 2 {
+                    println!("forward pass (ratios to forward_tracked):");
+                }
                 println!(
-                    "{:<12} {:>12.1} {:>10.1} {:>8.2} {:>8.2}",
+                    "{:<16} {:>12.1} {:>10.1} {:>8.2} {:>8.2}",
                     r.name,
                     r.peak_bytes as f64 / 1048576.0,
                     r.step_seconds * 1e3,
