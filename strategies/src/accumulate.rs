@@ -178,6 +178,7 @@ mod tests {
 
     #[test]
     fn k_micro_batches_equal_one_k_times_batch() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let d = Device::flex().autodiff();
         let mut r = engram_core::rng::stream(2, "init", 0, 0);
         let m = build_mlp(6, &[8, 8], 3, ActivationKind::Tanh, 0.0, &mut r, &d);

@@ -167,9 +167,6 @@ mod tests {
     use engram_core::model::mlp::{ActivationKind, build_mlp};
     use engram_core::strategy::LossFn;
 
-    /// Burn's RNG is process-global: tests that draw dropout masks must not interleave.
-    pub(super) static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
     struct Ce;
     impl LossFn for Ce {
         fn loss(&self, model: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>) {
@@ -239,7 +236,7 @@ mod tests {
 
     #[test]
     fn checkpointed_gradients_equal_plain_gradients_with_dropout() {
-        let _rng = RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         for dropout in [0.0, 0.3] {
             let (m, b) = setup(dropout, 7);
             let plain = crate::standard::plain_step(req(&m, &b, &Ce)).unwrap();
@@ -262,7 +259,7 @@ mod tests {
 
     #[test]
     fn dropout_is_active_in_both_passes() {
-        let _rng = RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         // With dropout, the gradients differ from a dropout-free model's: the masks are
         // applied (and identically in the recomputation, by the test above).
         let (m0, b) = setup(0.0, 4);
@@ -304,7 +301,7 @@ mod vit_tests {
 
     #[test]
     fn vit_with_dropout_checkpointed_gradients_equal_plain() {
-        let _rng = super::tests::RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let d = Device::flex().autodiff();
         d.seed(3);
         let mut r = engram_core::rng::stream(1, "init", 0, 0);

@@ -42,6 +42,11 @@ pub const BUILTIN_NAMES: &[&str] = &[
     "anomaly",
 ];
 
+/// Burn's RNG is process-global and every training step reseeds it per block: unit tests that
+/// run steps take this lock so that they do not reseed it under each other's dropout draws.
+#[cfg(test)]
+pub(crate) static BURN_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Forces this crate to be linked (its `inventory` registrations live in it).
 #[inline(never)]
 pub fn link() -> &'static [&'static str] {
