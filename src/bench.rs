@@ -128,6 +128,48 @@ pub struct MemoryRow {
     pub time_ratio: f64,
 }
 
+/// Runs `f(step)` `warmup + steps` times; the row holds the highest heap peak above the bytes
+/// in use at the start of a measured call, and the mean seconds per measured call.
+fn measure(
+    name: &str,
+    warmup: usize,
+    steps: usize,
+    mut f: impl FnMut(usize) -> Result<()>,
+) -> Result<MemoryRow> {
+    use engram_core::train::memory::{heap, reset_heap_peak};
+    let (mut peak, mut secs) = (0u64, 0.0);
+    for s in 0..warmup + steps {
+        reset_heap_peak();
+        let before = heap().map_or(0, |h| h.current);
+        let t = Instant::now();
+        f(s)?;
+        let dt = t.elapsed().as_secs_f64();
+        if s >= warmup {
+            peak = peak.max(heap().map_or(0, |h| h.peak).saturating_sub(before));
+            secs += dt;
+        }
+    }
+    Ok(MemoryRow {
+        name: name.into(),
+        peak_bytes: peak,
+        step_seconds: secs / steps.max(1) as f64,
+        peak_ratio: 1.0,
+        time_ratio: 1.0,
+    })
+}
+
+/// Sets every row's ratios relative to the first row of `rows`.
+fn relative_to(rows: &mut [MemoryRow]) {
+    let (p0, t0) = (
+        rows[0].peak_bytes.max(1) as f64,
+        rows[0].step_seconds.max(1e-12),
+    );
+    for r in rows.iter_mut() {
+        r.peak_ratio = r.peak_bytes as f64 / p0;
+        r.time_ratio = r.step_seconds / t0;
+    }
+}
+
 /// The model a memory benchmark runs.
 #[derive(Clone, Debug, PartialEq)]
 pub enum BenchModel {
@@ -161,7 +203,6 @@ pub fn memory(
     batch: usize,
     steps: usize,
 ) -> Result<Vec<MemoryRow>> {
-    use engram_core::train::memory::{heap, reset_heap_peak};
     let ad = device.clone().autodiff();
     let mut r = rng::stream(0, "bench-memory", 0, 0);
     ad.seed(1);
@@ -208,99 +249,46 @@ pub fn memory(
         refs: refs.clone(),
         new_samples: batch,
     };
-    let mut rows: Vec<MemoryRow> = Vec::new();
+    let segments = engram_strategies::checkpoint::Checkpoint::new(0).segments(model.num_blocks());
+    let mut rows = Vec::new();
     for name in ["standard", "checkpoint"] {
-        let segments =
-            engram_strategies::checkpoint::Checkpoint::new(0).segments(model.num_blocks());
-        let mut peak = 0u64;
-        let mut secs = 0.0;
-        for s in 0..steps + 2 {
-            let b = make();
+        rows.push(measure(name, 2, steps, |s| {
             let req = StepRequest {
                 model: &model,
-                batch: b,
+                batch: make(),
                 loss: &BenchLoss,
                 loss_scale: 1.0,
                 compute_dtype: None,
                 rng_seed: s as u64,
             };
-            reset_heap_peak();
-            let before = heap().map_or(0, |h| h.current);
-            let t = Instant::now();
             let out = if name == "standard" {
                 engram_strategies::standard::plain_step(req)?
             } else {
                 engram_strategies::checkpoint::checkpointed_step(req, &segments)?
             };
-            let dt = t.elapsed().as_secs_f64();
-            let p = heap().map_or(0, |h| h.peak).saturating_sub(before);
             drop(out);
-            if s >= 2 {
-                peak = peak.max(p);
-                secs += dt;
-            }
-        }
-        rows.push(MemoryRow {
-            name: name.into(),
-            peak_bytes: peak,
-            step_seconds: secs / steps as f64,
-            peak_ratio: 1.0,
-            time_ratio: 1.0,
-        });
-    }
-    let (p0, t0) = (
-        rows[0].peak_bytes.max(1) as f64,
-        rows[0].step_seconds.max(1e-12),
-    );
-    for r in rows.iter_mut() {
-        r.peak_ratio = r.peak_bytes as f64 / p0;
-        r.time_ratio = r.step_seconds / t0;
+            Ok(())
+        })?);
     }
     // Evaluation: a forward pass on the inference copy (no autodiff graph) against the same
     // forward with a graph kept alive (what evaluating on the training model would hold).
     use engram_core::burn::module::Module as _;
     use engram_core::model::{Activation, ForwardCtx};
     let valid = model.valid();
-    let inner = device.clone();
     for name in ["forward_tracked", "eval_no_graph"] {
-        let mut peak = 0u64;
-        let mut secs = 0.0;
-        for s in 0..steps + 1 {
-            reset_heap_peak();
-            let before = heap().map_or(0, |h| h.current);
-            let t = Instant::now();
+        rows.push(measure(name, 1, steps, |_| {
             let logits = if name == "eval_no_graph" {
-                let x = Tensor::<2>::from_data(TensorData::new(xs.clone(), [batch, 784]), &inner);
+                let x = Tensor::<2>::from_data(TensorData::new(xs.clone(), [batch, 784]), device);
                 valid.forward(Activation::Flat(x), &ForwardCtx::default())
             } else {
                 let x = Tensor::<2>::from_data(TensorData::new(xs.clone(), [batch, 784]), &ad);
                 model.forward(Activation::Flat(x), &ForwardCtx::default())
             };
-            let _ = logits.clone().sum().into_scalar::<f32>();
-            let dt = t.elapsed().as_secs_f64();
-            let p = heap().map_or(0, |h| h.peak).saturating_sub(before);
-            drop(logits);
-            if s >= 1 {
-                peak = peak.max(p);
-                secs += dt;
-            }
-        }
-        rows.push(MemoryRow {
-            name: name.into(),
-            peak_bytes: peak,
-            step_seconds: secs / steps as f64,
-            peak_ratio: 1.0,
-            time_ratio: 1.0,
-        });
+            let _ = logits.sum().into_scalar::<f32>();
+            Ok(())
+        })?);
     }
-    let n = rows.len();
-    let (p1, t1) = (
-        rows[n - 2].peak_bytes.max(1) as f64,
-        rows[n - 2].step_seconds.max(1e-12),
-    );
-    for r in rows[n - 2..].iter_mut() {
-        r.peak_ratio = r.peak_bytes as f64 / p1;
-        r.time_ratio = r.step_seconds / t1;
-    }
+    relative_to(&mut rows[..2]);
+    relative_to(&mut rows[2..]);
     Ok(rows)
 }

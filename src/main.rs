@@ -157,7 +157,7 @@ enum BenchCommand {
         #[arg(long)]
         width: Option<usize>,
         /// Measured steps per strategy.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 5)]
         steps: usize,
         /// Write the rows as JSON.
         #[arg(long)]

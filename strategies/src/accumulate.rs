@@ -150,24 +150,7 @@ mod tests {
     use engram_core::model::mlp::{ActivationKind, build_mlp};
     use engram_core::strategy::LossFn;
 
-    struct CeL2;
-    impl LossFn for CeL2 {
-        fn loss(&self, model: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>) {
-            let ce = engram_core::train::trainer::per_sample_cross_entropy(logits, batch);
-            let task = match &batch.weights {
-                Some(w) => (ce.clone() * w.clone()).sum(),
-                None => ce.clone().mean(),
-            };
-            let l2 = model
-                .param_values()
-                .into_iter()
-                .map(|(_, p)| (p.clone() * p).sum())
-                .reduce(|a, b| a + b)
-                .unwrap()
-                .mul_scalar(1e-3);
-            (task + l2, ce)
-        }
-    }
+    const LOSS: crate::test_util::CeL2 = crate::test_util::CeL2(1e-3);
 
     fn grads(m: &Model, o: &StepOutcome) -> Vec<f32> {
         m.flat_grads(&o.grads)
@@ -205,7 +188,7 @@ mod tests {
             let req = || StepRequest {
                 model: &m,
                 batch: batch.clone(),
-                loss: &CeL2,
+                loss: &LOSS,
                 loss_scale: 1.0,
                 compute_dtype: None,
                 rng_seed: 0,

@@ -167,22 +167,9 @@ mod tests {
     use engram_core::model::mlp::{ActivationKind, build_mlp};
     use engram_core::strategy::LossFn;
 
-    struct Ce;
-    impl LossFn for Ce {
-        fn loss(&self, model: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>) {
-            let ce = engram_core::train::trainer::per_sample_cross_entropy(logits, batch);
-            // A penalty on every parameter, as EWC's gradient mode adds: its gradient reaches
-            // the first segments' parameters through the last backward only.
-            let l2 = model
-                .param_values()
-                .into_iter()
-                .map(|(_, p)| (p.clone() * p).sum())
-                .reduce(|a, b| a + b)
-                .unwrap()
-                .mul_scalar(1e-3);
-            (ce.clone().mean() + l2, ce)
-        }
-    }
+    /// Cross-entropy plus a penalty on every parameter, as EWC's gradient mode adds: its
+    /// gradient reaches the first segments' parameters through the last backward only.
+    const CE: crate::test_util::CeL2 = crate::test_util::CeL2(1e-3);
 
     fn setup(dropout: f64, blocks: usize) -> (Model, Batch) {
         let d = Device::flex().autodiff();
@@ -239,13 +226,13 @@ mod tests {
         let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         for dropout in [0.0, 0.3] {
             let (m, b) = setup(dropout, 7);
-            let plain = crate::standard::plain_step(req(&m, &b, &Ce)).unwrap();
+            let plain = crate::standard::plain_step(req(&m, &b, &CE)).unwrap();
             let want = grads(&plain, &m);
             assert_eq!(want.len(), 14, "every parameter has a gradient");
             for interval in [1, 2, 3, 7, 0] {
                 let ck = Checkpoint::new(interval);
                 let segs = ck.segments(m.num_blocks());
-                let out = checkpointed_step(req(&m, &b, &Ce), &segs).unwrap();
+                let out = checkpointed_step(req(&m, &b, &CE), &segs).unwrap();
                 let got = grads(&out, &m);
                 let err = max_rel_err(&got, &want);
                 assert!(
@@ -265,11 +252,11 @@ mod tests {
         let (m0, b) = setup(0.0, 4);
         let (m1, _) = setup(0.5, 4);
         let g0 = grads(
-            &checkpointed_step(req(&m0, &b, &Ce), &Checkpoint::new(2).segments(4)).unwrap(),
+            &checkpointed_step(req(&m0, &b, &CE), &Checkpoint::new(2).segments(4)).unwrap(),
             &m0,
         );
         let g1 = grads(
-            &checkpointed_step(req(&m1, &b, &Ce), &Checkpoint::new(2).segments(4)).unwrap(),
+            &checkpointed_step(req(&m1, &b, &CE), &Checkpoint::new(2).segments(4)).unwrap(),
             &m1,
         );
         assert!(max_rel_err(&g1, &g0) > 1e-2);
@@ -291,13 +278,7 @@ mod vit_tests {
     use engram_core::model::vit::{VitShape, build_vit};
     use engram_core::strategy::LossFn;
 
-    struct Ce;
-    impl LossFn for Ce {
-        fn loss(&self, _m: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>) {
-            let ce = engram_core::train::trainer::per_sample_cross_entropy(logits, batch);
-            (ce.clone().mean(), ce)
-        }
-    }
+    const CE: crate::test_util::CeL2 = crate::test_util::CeL2(0.0);
 
     #[test]
     fn vit_with_dropout_checkpointed_gradients_equal_plain() {
@@ -335,7 +316,7 @@ mod vit_tests {
         let req = || StepRequest {
             model: &m,
             batch: b.clone(),
-            loss: &Ce,
+            loss: &CE,
             loss_scale: 1.0,
             compute_dtype: None,
             rng_seed: 11,

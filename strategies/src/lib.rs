@@ -47,6 +47,40 @@ pub const BUILTIN_NAMES: &[&str] = &[
 #[cfg(test)]
 pub(crate) static BURN_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Helpers shared by the unit tests of the execution strategies.
+#[cfg(test)]
+pub(crate) mod test_util {
+    use engram_core::burn::tensor::Tensor;
+    use engram_core::data::stream::Batch;
+    use engram_core::model::Model;
+    use engram_core::strategy::LossFn;
+
+    /// The trainer's loss (mean or row-weighted cross-entropy) plus `l2 · Σ θ²` on every
+    /// parameter: a penalty like EWC's, whose gradient reaches every block.
+    pub(crate) struct CeL2(pub(crate) f64);
+
+    impl LossFn for CeL2 {
+        fn loss(&self, model: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>) {
+            let ce = engram_core::train::trainer::per_sample_cross_entropy(logits, batch);
+            let task = match &batch.weights {
+                Some(w) => (ce.clone() * w.clone()).sum(),
+                None => ce.clone().mean(),
+            };
+            if self.0 == 0.0 {
+                return (task, ce);
+            }
+            let l2 = model
+                .param_values()
+                .into_iter()
+                .map(|(_, p)| (p.clone() * p).sum())
+                .reduce(|a, b| a + b)
+                .expect("the model has parameters")
+                .mul_scalar(self.0);
+            (task + l2, ce)
+        }
+    }
+}
+
 /// Forces this crate to be linked (its `inventory` registrations live in it).
 #[inline(never)]
 pub fn link() -> &'static [&'static str] {
