@@ -148,7 +148,6 @@ mod tests {
     use engram_core::data::stream::SampleRef;
     use engram_core::model::Model;
     use engram_core::model::mlp::{ActivationKind, build_mlp};
-    use engram_core::strategy::LossFn;
 
     const LOSS: crate::test_util::CeL2 = crate::test_util::CeL2(1e-3);
 

@@ -276,7 +276,6 @@ mod vit_tests {
     use engram_core::burn::tensor::{Device, Int, TensorData};
     use engram_core::data::stream::{Batch, SampleRef};
     use engram_core::model::vit::{VitShape, build_vit};
-    use engram_core::strategy::LossFn;
 
     const CE: crate::test_util::CeL2 = crate::test_util::CeL2(0.0);
 
