@@ -33,6 +33,10 @@ struct Cli {
     /// Only errors and the final line.
     #[arg(short, long, global = true)]
     quiet: bool,
+    /// Load strategies from a plugin shared library (repeatable; `run`, `validate`, `list`,
+    /// `resume`, `eval`, `export`). Its code runs in this process: load only what you trust.
+    #[arg(long = "plugin", value_name = "PATH", global = true)]
+    plugins: Vec<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -184,6 +188,10 @@ fn main() -> ExitCode {
     alloc::tune_malloc();
     alloc::install_probe();
     std::panic::set_hook(Box::new(|info| {
+        // A panic inside a plugin is caught and reported as a typed error naming the plugin.
+        if engram::core::plugin::note_plugin_panic(info) {
+            return;
+        }
         eprintln!(
             "error: internal error: {info}\n  this is a bug in engram; please report it with the command that caused it"
         );
@@ -212,7 +220,8 @@ fn main() -> ExitCode {
 }
 
 fn dispatch(cli: &Cli) -> Result<()> {
-    let registry = engram::registry();
+    let mut registry = engram::registry();
+    registry.load_plugins(&cli.plugins)?;
     match &cli.command {
         Command::Run(args) => run(cli, &registry, args),
         Command::Eval { checkpoint, json } => {
@@ -292,6 +301,17 @@ fn dispatch(cli: &Cli) -> Result<()> {
         }
         Command::List { json } => {
             list(&registry, *json);
+            if !*json && !cli.quiet {
+                for p in registry.plugins() {
+                    println!(
+                        "plugin {} ({}): build {}\n  sha256 {}",
+                        p.path.display(),
+                        p.name,
+                        p.build_id,
+                        p.sha256
+                    );
+                }
+            }
             Ok(())
         }
         Command::Data {

@@ -102,14 +102,9 @@ pub enum Error {
         /// Why it cannot be used, and what to do.
         message: String,
     },
-    /// A plugin could not be loaded or registered.
-    #[error("plugin {}: {message}", path.display())]
-    Plugin {
-        /// The shared library.
-        path: PathBuf,
-        /// What went wrong and what to do.
-        message: String,
-    },
+    /// A plugin could not be loaded or registered, or one of its strategies panicked.
+    #[error(transparent)]
+    Plugin(#[from] crate::plugin::PluginError),
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {
@@ -151,8 +146,9 @@ fn hint_suffix(hint: &Option<String>) -> String {
 }
 
 impl Error {
-    /// The CLI exit code: `2` for bad input (config, data, plugin, device, a missing or
-    /// damaged checkpoint), `1` otherwise.
+    /// The CLI exit code: `2` for bad input (config, data, a plugin that cannot be loaded,
+    /// device, a missing or damaged checkpoint), `1` otherwise (including a plugin strategy
+    /// that panicked during a run).
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config { .. }
@@ -161,8 +157,11 @@ impl Error {
             | Error::Idx { .. }
             | Error::Data(_)
             | Error::Device { .. }
-            | Error::Plugin { .. }
             | Error::Checkpoint { .. } => 2,
+            Error::Plugin(e) => match e {
+                crate::plugin::PluginError::Panicked { .. } => 1,
+                _ => 2,
+            },
             _ => 1,
         }
     }

@@ -7,7 +7,8 @@
 //!   (what is learned), [`MemoryStrategy`](strategy::MemoryStrategy) (how a step fits in
 //!   memory), [`Scheduler`](strategy::Scheduler) (when and how strongly) — and the contexts
 //!   the trainer hands them;
-//! - [`registry`]: named strategy factories, filled through `inventory`;
+//! - [`registry`]: named strategy factories, filled through `inventory` (built-ins) and
+//!   [`plugin`] (shared libraries loaded at run time, checked before any of their code runs);
 //! - [`config`]: the TOML experiment file, decoded with positions for every error;
 //! - [`data`]: IDX datasets and continual-learning scenarios;
 //! - [`model`]: an object-safe model made of blocks that is still a Burn module;
@@ -34,6 +35,7 @@ pub mod device;
 pub mod error;
 pub mod fsutil;
 pub mod model;
+pub mod plugin;
 pub mod registry;
 pub mod rng;
 pub mod strategy;
@@ -43,5 +45,14 @@ pub use burn;
 pub use error::{Error, Result};
 pub use inventory;
 
+/// The Burn version engram is built against, as a literal (for `concat!`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! burn_version {
+    () => {
+        "0.22.1"
+    };
+}
+
 /// The Burn version engram is built against.
-pub const BURN_VERSION: &str = "0.22.1";
+pub const BURN_VERSION: &str = burn_version!();

@@ -8,9 +8,12 @@
 
 use crate::config::{LoadedConfig, ParamSource, did_you_mean};
 use crate::error::{Error, Result};
+use crate::plugin::{Guarded, Plugin, PluginError, PluginInfo};
 use crate::strategy::{ForgettingStrategy, MemoryStrategy, Scheduler};
 use serde::Serialize;
 use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
 
 /// What the factory knows about the run when it builds a strategy.
 #[derive(Clone, Debug, Default)]
@@ -119,12 +122,33 @@ pub struct Entry {
     pub registration: Registration,
     /// Where it came from.
     pub origin: Origin,
+    /// The plugin library it lives in (kept alive by the entry and every strategy it builds).
+    pub library: Option<Arc<crate::plugin::Library>>,
+}
+
+impl Entry {
+    /// Builds the strategy with `f` (the entry's factory); a plugin's factory runs with panics
+    /// caught and its strategy is wrapped in [`Guarded`].
+    fn build<T: ?Sized>(
+        &self,
+        f: impl FnOnce() -> Result<Box<T>>,
+        wrap: impl FnOnce(Box<T>, Arc<crate::plugin::Library>, &str) -> Box<T>,
+    ) -> Result<Box<T>> {
+        match &self.library {
+            None => f(),
+            Some(lib) => {
+                let s = crate::plugin::guarded_build(lib, self.registration.name, f)?;
+                Ok(wrap(s, lib.clone(), self.registration.name))
+            }
+        }
+    }
 }
 
 /// The table of strategies available to a run, ordered by kind then name.
 #[derive(Clone, Default)]
 pub struct Registry {
     entries: Vec<Entry>,
+    plugins: Vec<PluginInfo>,
 }
 
 impl Registry {
@@ -142,34 +166,86 @@ impl Registry {
         r
     }
 
-    /// Adds an entry.
+    /// Adds a built-in entry.
     ///
     /// # Errors
-    /// [`Error::Plugin`] (for a plugin origin) or [`Error::Other`] when a strategy of the same
-    /// kind and name exists; the message names both sources.
+    /// [`Error::Other`] when a strategy of the same kind and name exists; the message names
+    /// both sources.
     pub fn add(&mut self, registration: Registration, origin: Origin) -> Result<()> {
+        self.insert(registration, origin, None)
+    }
+
+    fn insert(
+        &mut self,
+        registration: Registration,
+        origin: Origin,
+        library: Option<Arc<crate::plugin::Library>>,
+    ) -> Result<()> {
         let kind = registration.factory.kind();
         if let Some(e) = self.entries.iter().find(|e| {
             e.registration.name == registration.name && e.registration.factory.kind() == kind
         }) {
-            let message = format!(
-                "duplicate {kind} strategy `{}`: registered by {} and again by {origin}",
-                registration.name, e.origin
-            );
             return Err(match origin {
-                Origin::Plugin(path) => Error::Plugin { path, message },
-                Origin::Builtin => Error::Other(message),
+                Origin::Plugin(path) => Error::Plugin(PluginError::Duplicate {
+                    path,
+                    kind,
+                    name: registration.name.to_string(),
+                    other: e.origin.to_string(),
+                }),
+                Origin::Builtin => Error::Other(format!(
+                    "duplicate {kind} strategy `{}`: registered by {} and again by {origin}",
+                    registration.name, e.origin
+                )),
             });
         }
         self.entries.push(Entry {
             registration,
             origin,
+            library,
         });
         self.entries.sort_by(|a, b| {
             (a.registration.factory.kind(), a.registration.name)
                 .cmp(&(b.registration.factory.kind(), b.registration.name))
         });
         Ok(())
+    }
+
+    /// Loads the plugin at `path` (see [`crate::plugin::load`]) and adds its strategies. A
+    /// library already in this registry is skipped. Nothing is added when any of its names is
+    /// taken.
+    ///
+    /// # Errors
+    /// [`Error::Plugin`] with the [`PluginError`] of the failed check, or
+    /// [`PluginError::Duplicate`] naming both sources.
+    pub fn load_plugin(&mut self, path: &Path) -> Result<()> {
+        let plugin: Plugin = crate::plugin::load(path)?;
+        if self.plugins.iter().any(|p| p.path == plugin.info.path) {
+            return Ok(());
+        }
+        let mut next = self.clone();
+        for reg in &plugin.registrations {
+            next.insert(
+                *reg,
+                Origin::Plugin(plugin.info.path.clone()),
+                Some(plugin.library.clone()),
+            )?;
+        }
+        next.plugins.push(plugin.info);
+        *self = next;
+        Ok(())
+    }
+
+    /// Loads every plugin of `paths`, in order (see [`Registry::load_plugin`]).
+    ///
+    /// # Errors
+    /// The first plugin error.
+    pub fn load_plugins<P: AsRef<Path>>(&mut self, paths: &[P]) -> Result<()> {
+        paths.iter().try_for_each(|p| self.load_plugin(p.as_ref()))
+    }
+
+    /// The plugins loaded into this registry, in load order.
+    pub fn plugins(&self) -> &[PluginInfo] {
+        &self.plugins
     }
 
     /// Every entry, ordered by kind then name.
@@ -234,7 +310,10 @@ impl Registry {
         for (i, e) in cfg.config.forgetting.iter().enumerate() {
             let entry = self.lookup(cfg, StrategyKind::Forgetting, i, &e.kind)?;
             if let Factory::Forgetting(f) = entry.registration.factory {
-                out.push(f(&cfg.params("forgetting", i), cx)?);
+                out.push(entry.build(
+                    || f(&cfg.params("forgetting", i), cx),
+                    |s, lib, name| Box::new(Guarded::new(s, lib, name)),
+                )?);
             }
         }
         Ok(out)
@@ -255,7 +334,10 @@ impl Registry {
         for (i, e) in cfg.config.memory.iter().enumerate() {
             let entry = self.lookup(cfg, StrategyKind::Memory, i, &e.kind)?;
             if let Factory::Memory(f) = entry.registration.factory {
-                let s = f(&cfg.params("memory", i), cx)?;
+                let s = entry.build(
+                    || f(&cfg.params("memory", i), cx),
+                    |s, lib, name| Box::new(Guarded::new(s, lib, name)),
+                )?;
                 if let Some(other) = out.iter().find(|o| o.layer() == s.layer()) {
                     let (line, column) = cfg.type_position("memory", i);
                     return Err(Error::Config {
@@ -302,7 +384,10 @@ impl Registry {
         for (i, e) in cfg.config.scheduler.iter().enumerate() {
             let entry = self.lookup(cfg, StrategyKind::Scheduler, i, &e.kind)?;
             if let Factory::Scheduler(f) = entry.registration.factory {
-                out.push(f(&cfg.params("scheduler", i), cx)?);
+                out.push(entry.build(
+                    || f(&cfg.params("scheduler", i), cx),
+                    |s, lib, name| Box::new(Guarded::new(s, lib, name)),
+                )?);
             }
         }
         Ok(out)
@@ -334,12 +419,35 @@ macro_rules! register_strategy {
     };
     (@ $variant:ident $name:literal, $summary:literal, $params:ty, $build:path) => {
         $crate::inventory::submit! {
-            $crate::registry::Registration {
-                name: $name,
-                summary: $summary,
-                defaults: $crate::registry::defaults_table::<$params>,
-                factory: $crate::registry::Factory::$variant($build),
-            }
+            $crate::registration!(@ $variant $name, $summary, $params, $build)
+        }
+    };
+}
+
+/// A [`Registration`] value, for a plugin's register function
+/// ([`Registrar::add`](crate::plugin::Registrar::add)); same arguments as
+/// [`register_strategy!`](crate::register_strategy).
+///
+/// ```ignore
+/// r.add(engram_core::registration!(forgetting "si", "synaptic intelligence", SiParams, build_si));
+/// ```
+#[macro_export]
+macro_rules! registration {
+    (forgetting $name:literal, $summary:literal, $params:ty, $build:path) => {
+        $crate::registration!(@ Forgetting $name, $summary, $params, $build)
+    };
+    (memory $name:literal, $summary:literal, $params:ty, $build:path) => {
+        $crate::registration!(@ Memory $name, $summary, $params, $build)
+    };
+    (scheduler $name:literal, $summary:literal, $params:ty, $build:path) => {
+        $crate::registration!(@ Scheduler $name, $summary, $params, $build)
+    };
+    (@ $variant:ident $name:literal, $summary:literal, $params:ty, $build:path) => {
+        $crate::registry::Registration {
+            name: $name,
+            summary: $summary,
+            defaults: $crate::registry::defaults_table::<$params>,
+            factory: $crate::registry::Factory::$variant($build),
         }
     };
 }

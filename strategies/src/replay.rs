@@ -1060,11 +1060,23 @@ mod tests {
             .map(|&(t, i)| r.buffers[t][i].priority)
             .collect();
         let losses: Vec<f32> = (0..12).map(|i| if i < 8 { 0.0 } else { 5.0 }).collect();
+        let mut rng = engram_core::rng::stream(0, "init", 0, 0);
+        let model = engram_core::model::mlp::build_mlp(
+            4,
+            &[],
+            2,
+            engram_core::model::mlp::ActivationKind::Relu,
+            0.0,
+            &mut rng,
+            &Device::flex(),
+        );
         let step = StepContext {
             position: &position,
             batch: &b,
             sample_losses: Some(&losses),
             loss: 1.0,
+            model: &model,
+            grads: None,
         };
         r.after_step(&step).unwrap();
         let after: Vec<f32> = drawn

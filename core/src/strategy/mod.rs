@@ -175,6 +175,11 @@ pub struct StepContext<'a> {
     pub sample_losses: Option<&'a [f32]>,
     /// The step's total loss.
     pub loss: f32,
+    /// The model after the optimiser step (and any `after_update`).
+    pub model: &'a Model,
+    /// The gradients the optimiser applied, flattened per parameter (`[numel]` each, after
+    /// unscaling and clipping); `None` for a skipped step (AMP overflow).
+    pub grads: Option<&'a [(crate::model::ParamInfo, Tensor<1>)]>,
 }
 
 /// Acts on *what is learned*: mixes in replayed samples, adds loss terms, updates its state

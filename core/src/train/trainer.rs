@@ -54,6 +54,8 @@ pub struct Prepared {
     pub schedulers: Vec<Box<dyn Scheduler>>,
     /// Seconds spent preparing.
     pub setup_s: f64,
+    /// The plugins loaded for this run (recorded in `run.json` and reloaded by [`resume`]).
+    pub plugins: Vec<crate::plugin::PluginInfo>,
 }
 
 /// Resolves a path from the config relative to the config file's directory.
@@ -73,14 +75,12 @@ pub fn relative_to(cfg_file: &Path, p: &Path) -> PathBuf {
 pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     let start = Instant::now();
     let c = &cfg.config;
-    if !c.plugins.is_empty() {
-        return Err(cfg.error_at(
-            "plugins",
-            "plugins",
-            "runtime plugins are not available in this version of engram".into(),
-            Some("remove `plugins`; build the strategy into engram (see the book's in-process chapter)".into()),
-        ));
+    // Plugins named in the config (relative to the config file) join the caller's registry.
+    let mut registry = registry.clone();
+    for path in &c.plugins {
+        registry.load_plugin(&relative_to(&cfg.file, path))?;
     }
+    let registry = &registry;
     let device = crate::device::select(&c.run.device)
         .map_err(|e| cfg.error_at("run", "device", e.to_string(), None))?;
     // Strategies are decoded before the data is read, so that a config error is reported
@@ -109,6 +109,7 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     let memory = registry.build_memory(&cfg, &bcx)?;
     let schedulers = registry.build_schedulers(&cfg, &bcx)?;
     Ok(Prepared {
+        plugins: registry.plugins().to_vec(),
         cfg,
         device,
         stream,
@@ -422,9 +423,20 @@ pub fn run(mut p: Prepared, opts: &RunOptions) -> Result<Report> {
 
 /// [`run`], continuing from checkpoint `resume` (its directory and contents) when given.
 ///
+/// A plugin strategy that panics stops the run with [`crate::plugin::PluginError::Panicked`]
+/// (see [`crate::plugin::catch_faults`]); the checkpoints written so far stay as they are.
+///
 /// # Errors
 /// As [`run`].
 pub fn run_from(
+    p: &mut Prepared,
+    opts: &RunOptions,
+    resume: Option<(PathBuf, Checkpoint)>,
+) -> Result<Report> {
+    crate::plugin::catch_faults(|| run_inner(p, opts, resume))
+}
+
+fn run_inner(
     p: &mut Prepared,
     opts: &RunOptions,
     resume: Option<(PathBuf, Checkpoint)>,
@@ -438,7 +450,11 @@ pub fn run_from(
         // `[data] path`, are resolved against the original file on resume).
         write_atomic(&opts.out.join("config.toml"), p.cfg.source.as_bytes())?;
         let origin = std::path::absolute(&p.cfg.file).unwrap_or_else(|_| p.cfg.file.clone());
-        let run = serde_json::json!({ "config": origin, "engram": env!("CARGO_PKG_VERSION") });
+        let run = serde_json::json!({
+            "config": origin,
+            "engram": env!("CARGO_PKG_VERSION"),
+            "plugins": p.plugins,
+        });
         write_atomic(&opts.out.join("run.json"), run.to_string().as_bytes())?;
     }
 
@@ -633,6 +649,7 @@ pub fn run_from(
                         other => other,
                     })?;
                 meter.sample(&inner);
+                let mut applied = None;
                 if outcome.skipped {
                     pr.counters.skipped_steps += 1;
                 } else {
@@ -640,6 +657,7 @@ pub fn run_from(
                     if let Some(max) = c.train.clip_norm {
                         grads = clip_global_norm(&model, grads, max).0;
                     }
+                    applied = Some(model.flat_grads(&grads));
                     model = optim.step(controls.lr, model, grads);
                     for f in p.forgetting.iter_mut() {
                         let name = f.name().to_string();
@@ -653,6 +671,8 @@ pub fn run_from(
                     batch: &batch,
                     sample_losses: outcome.sample_losses.as_deref(),
                     loss: outcome.loss,
+                    model: &model,
+                    grads: applied.as_deref(),
                 };
                 for f in p.forgetting.iter_mut() {
                     let name = f.name().to_string();
@@ -982,7 +1002,8 @@ pub fn load_checkpoint_model(
     registry: &Registry,
 ) -> Result<(Prepared, Model, Progress)> {
     let (out, dir, ck) = find_checkpoint(path)?;
-    let p = prepare(run_config(&out)?, registry)?;
+    let registry = with_recorded_plugins(&out, registry)?;
+    let p = prepare(run_config(&out)?, &registry)?;
     let model = build_model(&p.cfg, &p.stream, &p.device);
     let record =
         burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.model))
@@ -1034,7 +1055,8 @@ pub fn export_safetensors(model: &Model, path: &Path) -> Result<()> {
 /// # Errors
 /// [`Error::Checkpoint`] when `out` holds no run; otherwise as [`prepare`] and [`run`].
 pub fn resume(out: &Path, registry: &Registry, progress: bool) -> Result<Report> {
-    let mut p = prepare(run_config(out)?, registry)?;
+    let registry = with_recorded_plugins(out, registry)?;
+    let mut p = prepare(run_config(out)?, &registry)?;
     let (latest, skipped) = checkpoint::load_latest(out);
     for e in &skipped {
         eprintln!("warning: skipping a damaged checkpoint: {e}");
@@ -1069,6 +1091,36 @@ pub fn resume(out: &Path, registry: &Registry, progress: bool) -> Result<Report>
         },
         latest,
     )
+}
+
+/// `registry` plus the plugins recorded in `out/run.json`, each checked to be the very file
+/// the run started with (SHA-256).
+///
+/// # Errors
+/// [`crate::plugin::PluginError::Changed`] for a library that changed,
+/// [`crate::plugin::PluginError::Missing`] for one that is gone, any load error.
+pub fn with_recorded_plugins(out: &Path, registry: &Registry) -> Result<Registry> {
+    let mut registry = registry.clone();
+    let Ok(text) = std::fs::read_to_string(out.join("run.json")) else {
+        return Ok(registry);
+    };
+    let recorded: Vec<crate::plugin::PluginInfo> = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| serde_json::from_value(v.get("plugins")?.clone()).ok())
+        .unwrap_or_default();
+    for info in recorded {
+        let found = crate::plugin::file_sha256(&info.path)?;
+        if found != info.sha256 {
+            return Err(crate::plugin::PluginError::Changed {
+                path: info.path,
+                recorded: info.sha256,
+                found,
+            }
+            .into());
+        }
+        registry.load_plugin(&info.path)?;
+    }
+    Ok(registry)
 }
 
 fn progress_bar(

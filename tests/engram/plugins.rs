@@ -1,0 +1,451 @@
+//! Runtime plugins: the example plugins load from their .so files and run, a penalty computed
+//! inside a plugin backpropagates exactly like the host's, and every loader failure is a typed
+//! error with the host alive (negative fixtures: `plugins/fixture`, plus copies of it whose
+//! declaration is rewritten on disk).
+//!
+//! The libraries are built by `cargo build --release --workspace` (the README's test command
+//! runs it first); these tests never start a nested cargo build.
+
+use crate::util::{engram, fmnist_dir, output, small_config};
+use engram::core::Error;
+use engram::core::burn::optim::GradientsParams;
+use engram::core::burn::tensor::{Tensor, TensorData};
+use engram::core::config::LoadedConfig;
+use engram::core::plugin::{self, PluginError};
+use engram::core::strategy::{BatchContext, Controls, Position, StateTensor, StrategyState};
+use engram::core::train::trainer::{self, RunOptions};
+use std::path::{Path, PathBuf};
+
+/// A plugin library built next to the `engram` binary (`target/release/lib<name>.so`).
+fn plugin_lib(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_engram")).parent().unwrap();
+    let p = dir.join(format!("lib{name}.so"));
+    assert!(
+        p.is_file(),
+        "{} is missing: build the plugins first with `cargo build --release --workspace`",
+        p.display()
+    );
+    p
+}
+
+/// A 2-task Permuted-FMNIST slice (domain-incremental) with `extra` appended.
+fn permuted_config(dir: &Path, name: &str, plugins: &[&Path], extra: &str) -> PathBuf {
+    let _ = fmnist_dir();
+    let list: Vec<String> = plugins
+        .iter()
+        .map(|p| format!("{:?}", p.display().to_string()))
+        .collect();
+    let text = format!(
+        "plugins = [{}]\n[run]\nseed = 0\n[data]\ndataset = \"fashion-mnist\"\n\
+         scenario = \"domain-incremental\"\ntasks = 2\nsubsample = 3000\ntest_subsample = 500\n\
+         [model]\ntype = \"mlp\"\nhidden = [128]\n[optimizer]\ntype = \"sgd\"\nlr = 0.05\n\
+         momentum = 0.9\n[train]\nbatch_size = 64\n{extra}",
+        list.join(", ")
+    );
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn run_in_process(cfg: &Path, out: &Path) -> engram::core::train::report::Report {
+    let cfg = LoadedConfig::load(cfg, &[]).unwrap();
+    let p = trainer::prepare(cfg, &engram::registry()).unwrap();
+    trainer::run(
+        p,
+        &RunOptions {
+            out: out.to_path_buf(),
+            progress: false,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn example_plugins_load_and_si_keeps_more_of_the_old_task_than_naive() {
+    let si = plugin_lib("synaptic_intelligence");
+    let cosine = plugin_lib("cosine_warmup");
+    let d = tempfile::tempdir().unwrap();
+    let sched = "[[scheduler]]\ntype = \"cosine-warmup\"\nwarmup_steps = 10\n";
+    let naive = permuted_config(d.path(), "naive.toml", &[&cosine], sched);
+    let with_si = permuted_config(
+        d.path(),
+        "si.toml",
+        &[&si, &cosine],
+        &format!("{sched}[[forgetting]]\ntype = \"si\"\nc = 30.0\n"),
+    );
+    let a = run_in_process(&naive, &d.path().join("naive"));
+    let b = run_in_process(&with_si, &d.path().join("si"));
+    let old = |r: &engram::core::train::report::Report| r.accuracy_matrix[1][0].unwrap();
+    assert!(
+        old(&b) > old(&a) + 0.02,
+        "task 0 after task 1: SI {:.3} vs naive {:.3}",
+        old(&b),
+        old(&a)
+    );
+    // The scheduler plugin shaped the learning rate: warm-up from lr/10 at the first step.
+    let steps = std::fs::read_to_string(d.path().join("si/steps.csv")).unwrap();
+    assert!(steps.lines().count() > 2, "{steps}");
+    // run.json records each plugin with its build id and checksum.
+    let run: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("si/run.json")).unwrap()).unwrap();
+    let recorded = run["plugins"].as_array().unwrap();
+    assert_eq!(recorded.len(), 2, "{run}");
+    assert_eq!(recorded[0]["build_id"], plugin::BUILD_ID);
+    assert_eq!(recorded[0]["sha256"].as_str().unwrap().len(), 64);
+}
+
+/// One copy of Burn: a penalty computed inside the SI plugin on the host's tracked parameters
+/// gives bit-for-bit the gradients of the same penalty computed here, in the host.
+#[test]
+fn penalty_in_plugin_backpropagates_like_the_host() {
+    let si = plugin_lib("synaptic_intelligence");
+    let d = tempfile::tempdir().unwrap();
+    let cfg = permuted_config(
+        d.path(),
+        "si.toml",
+        &[&si],
+        "[[forgetting]]\ntype = \"si\"\nc = 0.7\nupdate = \"gradient\"\n",
+    );
+    let cfg = LoadedConfig::load(&cfg, &[]).unwrap();
+    let mut p = trainer::prepare(cfg, &engram::registry()).unwrap();
+    let ad = p.device.clone().autodiff();
+    let model = trainer::build_model(&p.cfg, &p.stream, &ad);
+    // Known importance and anchor for every parameter.
+    let mut state = StrategyState::default();
+    let mut host_terms = Vec::new();
+    for (k, (info, theta)) in model.param_values().into_iter().enumerate() {
+        let n = info.numel();
+        let omega: Vec<f32> = (0..n)
+            .map(|i| 0.5 + ((i + k) as f32 * 0.37).sin().abs())
+            .collect();
+        let anchor: Vec<f32> = (0..n)
+            .map(|i| ((i * 7 + k) as f32 * 0.11).cos() * 0.1)
+            .collect();
+        for (group, v) in [("omega", &omega), ("anchor", &anchor)] {
+            state.tensors.insert(
+                format!("{group}/{}", info.path),
+                StateTensor {
+                    shape: vec![n],
+                    values: v.clone(),
+                },
+            );
+        }
+        let o = Tensor::<1>::from_data(TensorData::new(omega, [n]), &p.device);
+        let a = Tensor::<1>::from_data(TensorData::new(anchor, [n]), &p.device);
+        let diff = theta - a;
+        host_terms.push((diff.clone() * diff * o).sum());
+    }
+    let host = host_terms
+        .into_iter()
+        .reduce(|a, b| a + b)
+        .unwrap()
+        .mul_scalar(0.7);
+    p.forgetting[0].load_state(state, &p.device).unwrap();
+    let controls = Controls {
+        lr: 0.05,
+        reg_scale: 1.0,
+        replay_ratio: None,
+        replay_delta: 0.0,
+    };
+    let position = Position::default();
+    let bcx = BatchContext {
+        position: &position,
+        controls: &controls,
+        stream: &p.stream,
+        device: &ad,
+        seed: 0,
+    };
+    let in_plugin = p.forgetting[0].penalty(&model, &bcx).expect("a penalty");
+    let value = |t: &Tensor<1>| t.clone().into_scalar::<f32>();
+    assert_eq!(value(&in_plugin), value(&host));
+    assert!(value(&host) > 0.0);
+    let g_plugin = GradientsParams::from_grads(in_plugin.backward(), &model);
+    let g_host = GradientsParams::from_grads(host.backward(), &model);
+    let flat = |g: &GradientsParams| -> Vec<Vec<f32>> {
+        model
+            .flat_grads(g)
+            .into_iter()
+            .map(|(_, t)| t.into_data().try_to_vec::<f32>().unwrap())
+            .collect()
+    };
+    let (a, b) = (flat(&g_plugin), flat(&g_host));
+    assert_eq!(
+        a.len(),
+        model.params().len(),
+        "every parameter got a gradient"
+    );
+    assert_eq!(a, b, "gradients through the plugin differ from the host's");
+    assert!(a.iter().flatten().any(|v| *v != 0.0));
+}
+
+/// A copy of `src` at `dst` whose declaration is replaced by `patch(bytes)`.
+fn patched_copy(src: &Path, dst: &Path, patch: impl FnOnce(&mut [u8])) {
+    use object::{Object, ObjectSection};
+    let mut bytes = std::fs::read(src).unwrap();
+    let (offset, size) = {
+        let file = object::File::parse(&*bytes).unwrap();
+        let s = file.section_by_name(plugin::SECTION).unwrap();
+        s.file_range().unwrap()
+    };
+    patch(&mut bytes[offset as usize..(offset + size) as usize]);
+    std::fs::write(dst, bytes).unwrap();
+}
+
+/// Rewrites a declaration's build id (offset 12: length, 16: bytes).
+fn set_build_id(decl: &mut [u8], id: &str) {
+    decl[12..16].copy_from_slice(&(id.len() as u32).to_ne_bytes());
+    decl[16..16 + plugin::BUILD_ID_CAP].fill(0);
+    decl[16..16 + id.len()].copy_from_slice(id.as_bytes());
+}
+
+/// `engram list --plugin LIB` with `env`; returns exit code and output.
+fn list_with(lib: &Path, env: &[(&str, &str)]) -> (i32, String) {
+    let mut c = engram();
+    c.args(["list", "--plugin", lib.to_str().unwrap()]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    output(c.output().unwrap())
+}
+
+fn assert_refused(code: i32, msg: &str, needle: &str) {
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains(needle), "expected `{needle}` in: {msg}");
+    assert!(
+        !msg.contains("internal error") && !msg.contains("panicked at"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn every_loader_failure_is_a_typed_error_and_refused_libraries_never_run() {
+    let fixture = plugin_lib("engram_plugin_fixture");
+    let d = tempfile::tempdir().unwrap();
+    let marker = d.path().join("constructor-ran");
+    let m = marker.to_str().unwrap();
+
+    // Typed variants, in-process.
+    let missing = plugin::load(&d.path().join("absent.so")).unwrap_err();
+    assert!(matches!(missing, PluginError::Missing { .. }), "{missing}");
+    let text = d.path().join("text.so");
+    std::fs::write(&text, "not a library").unwrap();
+    assert!(matches!(
+        plugin::load(&text),
+        Err(PluginError::NotSharedLibrary { .. })
+    ));
+    let core = plugin_lib("engram_core");
+    assert!(matches!(
+        plugin::read_declaration(&core),
+        Err(PluginError::NoDeclaration { .. })
+    ));
+
+    // Through the binary: exit code 2, the message and hint, no abort.
+    let (code, msg) = list_with(&d.path().join("absent.so"), &[]);
+    assert_refused(code, &msg, "no such file");
+    let (code, msg) = list_with(&text, &[]);
+    assert_refused(code, &msg, "not a shared library");
+    let (code, msg) = list_with(&core, &[]);
+    assert_refused(code, &msg, "no engram plugin declaration");
+
+    // The marker works: loading the real fixture runs its constructor.
+    let (code, msg) = list_with(&fixture, &[("ENGRAM_FIXTURE_MARKER", m)]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("fixture-panic"), "{msg}");
+    assert!(
+        marker.is_file(),
+        "the fixture's constructor should have run"
+    );
+    std::fs::remove_file(&marker).unwrap();
+
+    // Another ABI version: refused before loading.
+    let abi = d.path().join("libabi.so");
+    patched_copy(&fixture, &abi, |decl| {
+        decl[8..12].copy_from_slice(&99u32.to_ne_bytes())
+    });
+    let (code, msg) = list_with(&abi, &[("ENGRAM_FIXTURE_MARKER", m)]);
+    assert_refused(
+        code,
+        &msg,
+        &format!(
+            "ABI version 99, this engram expects {}",
+            plugin::ABI_VERSION
+        ),
+    );
+    assert!(!marker.exists(), "a refused plugin's constructor ran");
+    assert!(matches!(
+        plugin::load(&abi),
+        Err(PluginError::AbiMismatch { found: 99, .. })
+    ));
+
+    // Another profile, other features: refused before loading, both ids shown.
+    for (field, other) in [
+        ("profile", "profile=debug-O0"),
+        ("features", "features=cuda+default"),
+    ] {
+        let key = format!("{field}=");
+        let host_field = plugin::BUILD_ID
+            .split(';')
+            .find(|f| f.starts_with(&key))
+            .unwrap();
+        let id = plugin::BUILD_ID.replace(host_field, other);
+        let lib = d.path().join(format!("lib{field}.so"));
+        patched_copy(&fixture, &lib, |decl| set_build_id(decl, &id));
+        let (code, msg) = list_with(&lib, &[("ENGRAM_FIXTURE_MARKER", m)]);
+        assert_refused(
+            code,
+            &msg,
+            "built for another engram build; its code was not run",
+        );
+        assert!(msg.contains(&id) && msg.contains(plugin::BUILD_ID), "{msg}");
+        assert!(msg.contains(&format!("differs in: {field}")), "{msg}");
+        assert!(!marker.exists(), "a refused plugin's constructor ran");
+        match plugin::load(&lib) {
+            Err(PluginError::BuildIdMismatch { plugin, host, .. }) => {
+                assert_eq!(
+                    (plugin.as_str(), host.as_str()),
+                    (id.as_str(), plugin::BUILD_ID)
+                );
+            }
+            other => panic!("expected BuildIdMismatch, got {:?}", other.err()),
+        }
+    }
+
+    // Registration that fails, that panics, that takes a built-in's name.
+    let (code, msg) = list_with(&fixture, &[("ENGRAM_FIXTURE", "register-error")]);
+    assert_refused(
+        code,
+        &msg,
+        "registration failed: the fixture refuses to register",
+    );
+    let (code, msg) = list_with(&fixture, &[("ENGRAM_FIXTURE", "register-panic")]);
+    assert_refused(
+        code,
+        &msg,
+        "registration failed: panicked: the fixture panics while registering",
+    );
+    let (code, msg) = list_with(&fixture, &[("ENGRAM_FIXTURE", "duplicate")]);
+    assert_refused(
+        code,
+        &msg,
+        "duplicate forgetting strategy `ewc`: already registered by built-in",
+    );
+    // Two copies of one plugin: the second names the first.
+    let copy = d.path().join("libcopy.so");
+    std::fs::copy(&fixture, &copy).unwrap();
+    let mut c = engram();
+    c.args([
+        "list",
+        "--plugin",
+        fixture.to_str().unwrap(),
+        "--plugin",
+        copy.to_str().unwrap(),
+    ]);
+    let (code, msg) = output(c.output().unwrap());
+    assert_refused(
+        code,
+        &msg,
+        "duplicate forgetting strategy `fixture-panic`: already registered by",
+    );
+    assert!(msg.contains("libengram_plugin_fixture.so"), "{msg}");
+}
+
+#[test]
+fn a_plugin_that_panics_mid_training_stops_the_run_with_a_typed_error_and_keeps_the_checkpoint() {
+    let fixture = plugin_lib("engram_plugin_fixture");
+    let d = tempfile::tempdir().unwrap();
+    for method in ["penalty", "after_step"] {
+        let cfg = small_config(
+            d.path(),
+            &format!("{method}.toml"),
+            &format!(
+                "checkpoint_every = 4\n[[forgetting]]\ntype = \"fixture-panic\"\npanic_at_step = 6\n\
+                 panic_in = \"{method}\"\nweight = 0.001\n"
+            ),
+        );
+        let out = d.path().join(method);
+        let mut c = engram();
+        c.args([
+            "run",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+            "--plugin",
+            fixture.to_str().unwrap(),
+        ]);
+        let (code, msg) = output(c.output().unwrap());
+        assert!(code != 0 && code < 100, "code {code}: {msg}");
+        assert!(
+            msg.contains(&format!(
+                "strategy `fixture-panic` panicked in `{method}`: fixture-panic: {method} at step 6"
+            )),
+            "{msg}"
+        );
+        assert!(!msg.contains("internal error"), "{msg}");
+        assert!(!out.join("report.json").exists());
+        // The checkpoint of step 4 is intact: evaluating it works.
+        assert!(out.join("checkpoints/step-00000004").is_dir(), "{msg}");
+        let mut c = engram();
+        c.args([
+            "eval",
+            out.to_str().unwrap(),
+            "--json",
+            "--plugin",
+            fixture.to_str().unwrap(),
+        ]);
+        let (code, msg) = output(c.output().unwrap());
+        assert_eq!(code, 0, "{msg}");
+        assert!(msg.contains("\"accuracy\""), "{msg}");
+    }
+}
+
+#[test]
+fn resume_reloads_the_recorded_plugins_and_refuses_a_changed_one() {
+    let d = tempfile::tempdir().unwrap();
+    let lib = d.path().join("libsynaptic_intelligence.so");
+    std::fs::copy(plugin_lib("synaptic_intelligence"), &lib).unwrap();
+    // The plugin is named on the command line only: resume must find it in run.json.
+    let cfg = small_config(
+        d.path(),
+        "si.toml",
+        "checkpoint_every = 5\n[[forgetting]]\ntype = \"si\"\n",
+    );
+    let out = d.path().join("out");
+    let mut c = engram();
+    c.args([
+        "run",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ])
+    .args(["--plugin", lib.to_str().unwrap()])
+    .env("ENGRAM_FAILPOINT", "step-12");
+    let (code, msg) = output(c.output().unwrap());
+    assert_ne!(code, 0, "{msg}");
+    let (code, msg) = output(
+        engram()
+            .args(["resume", out.to_str().unwrap(), "-q"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(code, 0, "{msg}");
+    assert!(out.join("report.json").is_file());
+    // A changed library is refused.
+    let mut bytes = std::fs::read(&lib).unwrap();
+    bytes.push(0);
+    std::fs::write(&lib, bytes).unwrap();
+    let (code, msg) = output(
+        engram()
+            .args(["resume", out.to_str().unwrap(), "-q"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("changed since the run started"), "{msg}");
+    // And the library API says the same.
+    match trainer::with_recorded_plugins(&out, &engram::registry()) {
+        Err(Error::Plugin(PluginError::Changed { .. })) => {}
+        other => panic!("expected Changed, got {:?}", other.err()),
+    }
+}
