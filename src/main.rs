@@ -15,9 +15,6 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[global_allocator]
-static ALLOC: alloc::Counting = alloc::Counting;
-
 #[derive(Parser)]
 #[command(
     name = "engram",
@@ -186,7 +183,6 @@ enum BenchCommand {
 
 fn main() -> ExitCode {
     alloc::tune_malloc();
-    alloc::install_probe();
     std::panic::set_hook(Box::new(|info| {
         // A panic inside a plugin is caught and reported as a typed error naming the plugin.
         if engram::core::plugin::note_plugin_panic(info) {

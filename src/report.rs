@@ -813,6 +813,8 @@ pub struct RunRow {
     pub total_s: Option<Stat>,
     /// Peak memory of the run, MiB (heap on the CPU, device pool on GPUs).
     pub peak_mib: Option<Stat>,
+    /// The final model's parameters, thousands.
+    pub params_k: Option<Stat>,
 }
 
 /// Reads the headline figures of a run directory: `dir/report.json` for a single run, else
@@ -856,6 +858,10 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
             .iter()
             .map(|r| r.memory.peak_bytes as f64 / MIB)
             .collect();
+        let params: Vec<f64> = reports
+            .iter()
+            .map(|r| r.memory.parameters as f64 / 1e3)
+            .collect();
         return Ok(RunRow {
             name,
             seeds,
@@ -866,6 +872,7 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
             retention: metric("retention"),
             total_s: Stat::of(&time),
             peak_mib: Stat::of(&peak),
+            params_k: Stat::of(&params),
         });
     }
     let r = load_report(dir)?;
@@ -879,13 +886,15 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
         retention: Stat::single(r.metrics.retention),
         total_s: Stat::single(Some(r.timings.total_s)),
         peak_mib: Stat::single(Some(r.memory.peak_bytes as f64 / MIB)),
+        params_k: Stat::single(Some(r.memory.parameters as f64 / 1e3)),
     })
 }
 
 /// The `engram compare` table: a header and one row per run, columns aligned.
 ///
 /// Columns: `run`, `seeds`, `ACC`, `BWT`, `forgetting`, `FWT`, `retention` (4 decimals,
-/// fractions), `time (s)` (1 decimal), `peak MiB` (1 decimal); `–` where undefined.
+/// fractions), `time (s)` (1 decimal), `peak MiB` (1 decimal), `params k` (the final model's
+/// parameters in thousands, 1 decimal); `–` where undefined.
 pub fn compare_table(rows: &[RunRow]) -> String {
     let header = [
         "run",
@@ -897,6 +906,7 @@ pub fn compare_table(rows: &[RunRow]) -> String {
         "retention",
         "time (s)",
         "peak MiB",
+        "params k",
     ];
     let cell = |s: &Option<Stat>, d: usize| s.map_or_else(|| "–".to_string(), |s| s.format(d));
     let body: Vec<Vec<String>> = rows
@@ -912,6 +922,7 @@ pub fn compare_table(rows: &[RunRow]) -> String {
                 cell(&r.retention, 4),
                 cell(&r.total_s, 1),
                 cell(&r.peak_mib, 1),
+                cell(&r.params_k, 1),
             ]
         })
         .collect();

@@ -29,6 +29,7 @@
 //!     schedulers: anomaly check
 //! ```
 
+pub mod alloc;
 pub mod config;
 pub mod data;
 pub mod device;

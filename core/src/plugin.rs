@@ -787,6 +787,11 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
             self.inner.after_step(cx)
         })?
     }
+    fn rebuild_model(&self, model: Model, device: &Device) -> crate::Result<Model> {
+        guard(&self.lib, &self.name, "rebuild_model", || {
+            self.inner.rebuild_model(model, device)
+        })?
+    }
     fn after_task(&mut self, cx: &mut TaskContext<'_>) -> crate::Result<()> {
         guard(&self.lib, &self.name, "after_task", || {
             self.inner.after_task(cx)

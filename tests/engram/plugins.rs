@@ -449,3 +449,91 @@ fn resume_reloads_the_recorded_plugins_and_refuses_a_changed_one() {
         other => panic!("expected Changed, got {:?}", other.err()),
     }
 }
+
+/// The mixture-of-experts plugin of the book's last chapter: it grows one expert per task (the
+/// parameter count is exact), and a run killed in the second task resumes to the same report
+/// (the checkpoint's experts are re-created before its weights are loaded).
+#[test]
+fn moe_plugin_grows_an_expert_per_task_and_resumes_exactly() {
+    let moe = plugin_lib("moe_experts");
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(
+        d.path(),
+        "moe.toml",
+        "checkpoint_every = 5\n[[forgetting]]\ntype = \"moe-experts\"\nexpert_hidden = 16\n\
+             router_hidden = 8\nrouter_samples = 20\nrouter_batch = 16\n",
+    );
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("plugins = [{:?}]\n{text}", moe.display().to_string()),
+    )
+    .unwrap();
+    let full = d.path().join("full");
+    let (code, msg) = output(
+        engram()
+            .args([
+                "run",
+                cfg.to_str().unwrap(),
+                "--out",
+                full.to_str().unwrap(),
+                "-q",
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(code, 0, "{msg}");
+    let report = |dir: &Path| -> serde_json::Value {
+        let mut r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+        for k in ["timings", "throughput"] {
+            r.as_object_mut().unwrap().remove(k);
+        }
+        r
+    };
+    let r = report(&full);
+    // Two tasks of 2 classes (10 logits): two experts 784-16-10 and a router 784-8-2.
+    let expert = 784 * 16 + 16 + 16 * 10 + 10;
+    let router = 784 * 8 + 8 + 8 * 2 + 2;
+    assert_eq!(
+        r["memory"]["parameters"],
+        2 * expert + router,
+        "{}",
+        r["memory"]
+    );
+    // The first task's expert is frozen: its accuracy after task 1 is what the router makes of it,
+    // and it is far above naive's 0 on a class-incremental stream.
+    let after = r["accuracy_matrix"][1][0].as_f64().unwrap();
+    assert!(after > 0.3, "task 0 after task 1: {after}");
+
+    let cut = d.path().join("cut");
+    let (code, msg) = output(
+        engram()
+            .args([
+                "run",
+                cfg.to_str().unwrap(),
+                "--out",
+                cut.to_str().unwrap(),
+                "-q",
+            ])
+            .env("ENGRAM_FAILPOINT", "step-22")
+            .output()
+            .unwrap(),
+    );
+    assert_ne!(code, 0, "{msg}");
+    let (code, msg) = output(
+        engram()
+            .args(["resume", cut.to_str().unwrap(), "-q"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(code, 0, "{msg}");
+    let (mut a, mut b) = (report(&full), report(&cut));
+    for v in [&mut a, &mut b] {
+        v["memory"]
+            .as_object_mut()
+            .unwrap()
+            .retain(|k, _| k == "parameters");
+    }
+    assert_eq!(a, b);
+}

@@ -222,6 +222,18 @@ pub trait ForgettingStrategy: Send {
         Ok(())
     }
 
+    /// Re-applies the architecture changes this strategy made to the model (for example the
+    /// experts a mixture-of-experts strategy added), from its restored state, to a model freshly
+    /// built from the config. Called when a checkpoint is restored (resume, rollback, `eval`,
+    /// `export`) after [`ForgettingStrategy::load_state`] and before the checkpoint's weights are
+    /// loaded, so that the weights find their parameters. The default keeps the model.
+    ///
+    /// # Errors
+    /// When the state cannot describe a model (a typed [`crate::Error::Strategy`]).
+    fn rebuild_model(&self, model: Model, _device: &Device) -> Result<Model> {
+        Ok(model)
+    }
+
     /// Called after training task `cx.task`, before evaluation.
     fn after_task(&mut self, _cx: &mut TaskContext<'_>) -> Result<()> {
         Ok(())

@@ -1,14 +1,12 @@
 //! Memory accounting.
 //!
 //! On the CPU backend (flex) tensors live on the process heap, so the heap *is* the device
-//! memory: the `engram` binary installs a counting global allocator and hands engram-core a
-//! probe ([`set_heap_probe`]). On CubeCL devices (CUDA, Vulkan) the device pool is read with
+//! memory: engram-core's global allocator ([`crate::alloc`]) counts live and peak bytes. On CubeCL devices (CUDA, Vulkan) the device pool is read with
 //! `Device::memory_pool_usage` after a `sync` (it reports current bytes, not a peak, so engram
 //! samples it at the high points of a step).
 
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
-use std::sync::OnceLock;
 
 /// Heap figures from the counting allocator, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,31 +17,15 @@ pub struct HeapStats {
     pub peak: u64,
 }
 
-/// A source of heap figures (the binary's counting allocator).
-pub struct HeapProbe {
-    /// Reads the figures.
-    pub read: fn() -> HeapStats,
-    /// Sets the peak to the current value.
-    pub reset_peak: fn(),
-}
-
-static PROBE: OnceLock<HeapProbe> = OnceLock::new();
-
-/// Installs the heap probe (once per process; later calls are ignored).
-pub fn set_heap_probe(probe: HeapProbe) {
-    let _ = PROBE.set(probe);
-}
-
-/// Current heap figures, when a probe is installed.
+/// Current heap figures from the counting allocator ([`crate::alloc`]); always `Some` (the
+/// `Option` leaves room for a build without it).
 pub fn heap() -> Option<HeapStats> {
-    PROBE.get().map(|p| (p.read)())
+    Some(crate::alloc::read())
 }
 
 /// Resets the heap peak to the current value (start of a phase).
 pub fn reset_heap_peak() {
-    if let Some(p) = PROBE.get() {
-        (p.reset_peak)();
-    }
+    crate::alloc::reset_peak();
 }
 
 /// Bytes in use on `device`: the device pool on CubeCL devices, the heap on the CPU.

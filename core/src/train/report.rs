@@ -81,6 +81,10 @@ pub struct MemoryReport {
     pub after_task: PhaseMemory,
     /// Per task: the train phase's peak bytes.
     pub per_task_train_peak_bytes: Vec<u64>,
+    /// Parameters (count) of the final model; `4 ×` this is their size in bytes in `f32`.
+    /// Grows during a run for strategies that add parameters (mixture of experts).
+    #[serde(default)]
+    pub parameters: u64,
 }
 
 /// Throughput figures.

@@ -358,12 +358,6 @@ fn restore(
         path: path.to_path_buf(),
         message: m,
     };
-    let record =
-        burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.model))
-            .map_err(|e| bad(format!("model: {e}")))?;
-    let model = model
-        .try_load_record(record)
-        .map_err(|e| bad(format!("model does not match the config: {e}")))?;
     let optim = optim
         .from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.optimizer))
         .map_err(|e| bad(format!("optimizer: {e}")))?;
@@ -392,11 +386,7 @@ fn restore(
         &ck.schedulers,
         "scheduler",
     )?;
-    for (s, (_, st)) in p.forgetting.iter_mut().zip(ck.forgetting) {
-        let name = s.name().to_string();
-        s.load_state(st, device)
-            .map_err(|e| strategy_err(&name, e))?;
-    }
+    let model = restore_model(p.forgetting, model, ck.forgetting, &ck.model, device, path)?;
     for (s, (_, st)) in p.memory.iter_mut().zip(ck.memory) {
         let name = s.name().to_string();
         s.load_state(st).map_err(|e| strategy_err(&name, e))?;
@@ -406,6 +396,38 @@ fn restore(
         s.load_state(st).map_err(|e| strategy_err(&name, e))?;
     }
     Ok((model, optim, ck.progress))
+}
+
+/// Loads the forgetting strategies' saved states, lets them re-apply their architecture changes
+/// to `model` ([`ForgettingStrategy::rebuild_model`]), then loads the checkpoint's weights.
+fn restore_model(
+    forgetting: &mut [Box<dyn ForgettingStrategy>],
+    model: Model,
+    states: Vec<(String, crate::strategy::StrategyState)>,
+    weights: &[u8],
+    device: &Device,
+    path: &Path,
+) -> Result<Model> {
+    let bad = |m: String| Error::Checkpoint {
+        path: path.to_path_buf(),
+        message: m,
+    };
+    let mut model = model;
+    for (s, (_, st)) in forgetting.iter_mut().zip(states) {
+        let name = s.name().to_string();
+        s.load_state(st, device)
+            .map_err(|e| strategy_err(&name, e))?;
+        model = s
+            .rebuild_model(model, device)
+            .map_err(|e| strategy_err(&name, e))?;
+    }
+    let record = burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(
+        weights.to_vec(),
+    ))
+    .map_err(|e| bad(format!("model: {e}")))?;
+    model
+        .try_load_record(record)
+        .map_err(|e| bad(format!("model does not match the config: {e}")))
 }
 
 /// Runs a prepared experiment and writes its outputs into `opts.out`; with `resume`, continues
@@ -897,6 +919,7 @@ fn run_inner(
         .max(mem.eval.peak_bytes)
         .max(mem.after_task.peak_bytes);
     mem.end_bytes = memory::device_bytes(&inner).unwrap_or(0);
+    mem.parameters = model.numel() as u64;
     let mut timings = pr.timings.clone();
     timings.setup_s += setup_s;
     timings.total_s = earlier_s + t0.elapsed().as_secs_f64() + setup_s;
@@ -1003,20 +1026,16 @@ pub fn load_checkpoint_model(
 ) -> Result<(Prepared, Model, Progress)> {
     let (out, dir, ck) = find_checkpoint(path)?;
     let registry = with_recorded_plugins(&out, registry)?;
-    let p = prepare(run_config(&out)?, &registry)?;
+    let mut p = prepare(run_config(&out)?, &registry)?;
     let model = build_model(&p.cfg, &p.stream, &p.device);
-    let record =
-        burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.model))
-            .map_err(|e| Error::Checkpoint {
-                path: dir.clone(),
-                message: format!("model: {e}"),
-            })?;
-    let model = model
-        .try_load_record(record)
-        .map_err(|e| Error::Checkpoint {
-            path: dir,
-            message: format!("model does not match the config: {e}"),
-        })?;
+    let model = restore_model(
+        &mut p.forgetting,
+        model,
+        ck.forgetting,
+        &ck.model,
+        &p.device,
+        &dir,
+    )?;
     Ok((p, model, ck.progress))
 }
 
