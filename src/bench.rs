@@ -116,7 +116,8 @@ impl engram_core::strategy::LossFn for BenchLoss {
 /// One row of `engram bench memory`.
 #[derive(Clone, Debug, Serialize)]
 pub struct MemoryRow {
-    /// The memory strategy (`standard`, `checkpoint`).
+    /// The memory chain (`standard`, `checkpoint`, `amp`, `checkpoint+amp`) or the forward
+    /// pass (`forward_tracked`, `eval_no_graph`).
     pub name: String,
     /// Peak heap bytes of a training step above the bytes in use just before it (bytes).
     pub peak_bytes: u64,
@@ -189,9 +190,10 @@ pub enum BenchModel {
     },
 }
 
-/// Peak memory and step time of `standard` and `checkpoint` (segments of about √blocks) on
-/// `model` at batch `batch` with synthetic 28×28 input, measured in one process with the
-/// counting allocator (CPU). Each row: 2 warm-up steps, then `steps` measured. Two more rows
+/// Peak memory and step time of `standard`, `checkpoint` (segments of about √blocks), `amp`
+/// (compute in `amp`, dynamic loss scaling) and `checkpoint+amp` on `model` at batch `batch`
+/// with synthetic 28×28 input, measured in one process with the counting allocator (CPU); ratios
+/// to `standard`. Each row: 2 warm-up steps, then `steps` measured. Two more rows
 /// compare a forward pass with its autodiff graph (`forward_tracked`) and evaluation on the
 /// inference copy without a graph (`eval_no_graph`); their ratios are to `forward_tracked`.
 ///
@@ -202,6 +204,7 @@ pub fn memory(
     model: &BenchModel,
     batch: usize,
     steps: usize,
+    amp: engram_strategies::amp::Precision,
 ) -> Result<Vec<MemoryRow>> {
     let ad = device.clone().autodiff();
     let mut r = rng::stream(0, "bench-memory", 0, 0);
@@ -249,23 +252,36 @@ pub fn memory(
         refs: refs.clone(),
         new_samples: batch,
     };
-    let segments = engram_strategies::checkpoint::Checkpoint::new(0).segments(model.num_blocks());
+    let interval =
+        engram_strategies::checkpoint::Checkpoint::new(0).segments(model.num_blocks())[0].len();
     let mut rows = Vec::new();
-    for name in ["standard", "checkpoint"] {
+    use engram_core::strategy::{MemoryStrategy, Next};
+    use engram_strategies::amp::{Amp, AmpParams};
+    for name in ["standard", "checkpoint", "amp", "checkpoint+amp"] {
+        // The real chains, as a run builds them (accumulation → precision → execution).
+        let mut chain: Vec<Box<dyn MemoryStrategy>> = Vec::new();
+        if name.ends_with("amp") {
+            chain.push(Box::new(Amp::new(AmpParams {
+                dtype: amp,
+                ..AmpParams::default()
+            })));
+        }
+        if name.starts_with("checkpoint") {
+            chain.push(Box::new(engram_strategies::checkpoint::Checkpoint::new(
+                interval,
+            )));
+        } else {
+            chain.push(Box::new(engram_strategies::standard::Standard));
+        }
         rows.push(measure(name, 2, steps, |s| {
-            let req = StepRequest {
+            let out = Next::new(&mut chain).run(StepRequest {
                 model: &model,
                 batch: make(),
                 loss: &BenchLoss,
                 loss_scale: 1.0,
                 compute_dtype: None,
                 rng_seed: s as u64,
-            };
-            let out = if name == "standard" {
-                engram_strategies::standard::plain_step(req)?
-            } else {
-                engram_strategies::checkpoint::checkpointed_step(req, &segments)?
-            };
+            })?;
             drop(out);
             Ok(())
         })?);
@@ -288,7 +304,7 @@ pub fn memory(
             Ok(())
         })?);
     }
-    relative_to(&mut rows[..2]);
-    relative_to(&mut rows[2..]);
+    relative_to(&mut rows[..4]);
+    relative_to(&mut rows[4..]);
     Ok(rows)
 }

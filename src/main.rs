@@ -143,7 +143,8 @@ enum DataCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// Peak memory and step time of the memory strategies (standard, checkpoint) on one model.
+    /// Peak memory and step time of the memory strategies (standard, checkpoint, amp,
+    /// checkpoint+amp) on one model.
     Memory {
         /// The model: `vit` (8 encoder blocks of width 128) or `mlp` (16 blocks of 256).
         #[arg(long, default_value = "vit")]
@@ -163,6 +164,9 @@ enum BenchCommand {
         /// Write the rows as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Compute dtype of the `amp` rows: `f16` or `bf16`.
+        #[arg(long, default_value = "f16")]
+        dtype: String,
     },
     /// Training samples/s of the example MLP at batch 128 (and PyTorch's, when available).
     Throughput {
@@ -335,9 +339,19 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     width,
                     steps,
                     json,
+                    dtype,
                 },
         } => {
             use engram::bench::BenchModel;
+            let amp = match dtype.as_str() {
+                "f16" => engram::strategies::amp::Precision::F16,
+                "bf16" => engram::strategies::amp::Precision::Bf16,
+                other => {
+                    return Err(Error::Data(format!(
+                        "bench memory: unknown dtype `{other}` (available: f16, bf16)"
+                    )));
+                }
+            };
             let (m, batch) = match model.as_str() {
                 "vit" => (
                     BenchModel::Vit {
@@ -360,7 +374,7 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 }
             };
             let device = engram::core::burn::tensor::Device::flex();
-            let rows = engram::bench::memory(&device, &m, batch, (*steps).max(1))?;
+            let rows = engram::bench::memory(&device, &m, batch, (*steps).max(1), amp)?;
             println!(
                 "{m:?}, batch {batch}, CPU heap (counting allocator); peak = bytes above the step's start"
             );
@@ -369,7 +383,7 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 "training step", "peak MiB", "step ms", "peak ×", "time ×"
             );
             for (i, r) in rows.iter().enumerate() {
-                if i == 2 {
+                if i == 4 {
                     println!("forward pass (ratios to forward_tracked):");
                 }
                 println!(
@@ -381,7 +395,6 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     r.time_ratio
                 );
             }
-            println!("amp and checkpoint+amp: not available yet (the memory issue's AMP strategy)");
             if let Some(path) = json {
                 let bytes = serde_json::to_vec_pretty(&serde_json::json!({ "rows": rows }))
                     .map_err(|e| Error::Other(e.to_string()))?;

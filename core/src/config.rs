@@ -112,6 +112,10 @@ pub struct ModelConfig {
     /// `mlp`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// CNN: output channels of each conv block (3×3 conv, batch norm, ReLU, 2×2 max pool).
+    /// Default `[16, 32]`.
+    #[serde(default = "default_channels")]
+    pub channels: Vec<usize>,
     /// Hidden widths of the MLP. Default `[400, 400]`.
     #[serde(default = "default_hidden")]
     pub hidden: Vec<usize>,
@@ -136,6 +140,9 @@ pub struct ModelConfig {
     pub patch: usize,
 }
 
+fn default_channels() -> Vec<usize> {
+    vec![16, 32]
+}
 fn default_dim() -> usize {
     64
 }
@@ -681,12 +688,24 @@ impl LoadedConfig {
                 None,
             ));
         }
-        if c.model.kind != "mlp" && c.model.kind != "vit" {
+        if !["mlp", "cnn", "vit"].contains(&c.model.kind.as_str()) {
             return Err(self.error_at(
                 "model",
                 "type",
                 format!("unknown model type `{}`", c.model.kind),
-                Some("available: mlp, vit".into()),
+                Some("available: mlp, cnn, vit".into()),
+            ));
+        }
+        if c.model.kind == "cnn"
+            && (c.model.channels.is_empty()
+                || c.model.channels.len() > 2
+                || c.model.channels.iter().any(|&ch| ch == 0 || ch > 1024))
+        {
+            return Err(self.error_at(
+                "model",
+                "channels",
+                "cnn: 1 or 2 conv blocks (28×28 images pool to 14×14, then 7×7) of 1 to 1024 channels".into(),
+                Some("for example channels = [16, 32]".into()),
             ));
         }
         let m = &c.model;

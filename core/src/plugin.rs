@@ -817,6 +817,9 @@ impl<T: MemoryStrategy + ?Sized> MemoryStrategy for Guarded<T> {
     fn step(&mut self, req: StepRequest<'_>, next: Next<'_>) -> crate::Result<StepOutcome> {
         guard(&self.lib, &self.name, "step", || self.inner.step(req, next))?
     }
+    fn report(&self) -> Option<serde_json::Value> {
+        guard_or_fault(&self.lib, &self.name, "report", || self.inner.report())
+    }
     fn state(&self) -> crate::Result<StrategyState> {
         guard(&self.lib, &self.name, "state", || self.inner.state())?
     }

@@ -13,6 +13,8 @@
 //! - Dropout and batch norm pick training behaviour from the *input's device*: the graph-free
 //!   pass runs on the autodiff device too, with the input detached and the parameters not
 //!   requiring gradients, so the layers behave as in training and no graph is recorded.
+//! - Batch norm's training forward also updates its running statistics: the recomputation runs
+//!   with [`ForwardCtx::replay`] set, so the statistics move once per step, as in a plain step.
 //! - Dropout masks cannot be replayed from Burn's RNG state: Burn's RNG is reseeded from the
 //!   step's seed and the block index before each block's forward
 //!   ([`Model::forward_range_seeded`]), in both passes and in the plain `standard` step, so
@@ -22,9 +24,10 @@
 //!
 //! The result equals the plain backward (tested to 1e-5 relative error, dropout included).
 
+use crate::standard::to_dtype;
 use engram_core::burn::module::{Module, ParamId};
 use engram_core::burn::optim::GradientsParams;
-use engram_core::burn::tensor::Tensor;
+use engram_core::burn::tensor::{DType, Tensor};
 use engram_core::config::ParamSource;
 use engram_core::model::{Activation, ForwardCtx, Model, unflatten_grads};
 use engram_core::registry::BuildContext;
@@ -37,8 +40,11 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CheckpointParams {
-    /// Blocks per segment (0: about √blocks, the memory-optimal choice of Chen et al. for
-    /// equal-cost blocks). Default 0.
+    /// Blocks per segment. Default 0: by model kind — `cnn`: 2 (each conv block pools its
+    /// output to a quarter, so the first blocks' activations dominate and short segments keep
+    /// few of them alive; the seed's range 2–4), `vit`: 3 (equal-size encoder blocks: for the
+    /// default 4–8 blocks, 3 is about √depth, Chen et al.'s memory-optimal segment for
+    /// equal-cost blocks; the seed's range 3–6), otherwise about √blocks.
     pub interval: usize,
 }
 
@@ -89,11 +95,15 @@ pub fn checkpointed_step(
     let model = req.model;
     let ctx = ForwardCtx {
         task: req.batch.refs.first().map(|r| r.task as usize),
+        replay: false,
     };
     // Pass 1: no graph, keep each segment's input.
-    let frozen = model.clone().no_grad();
+    let dt = req.compute_dtype;
+    // Every graph gets its own compute view (mixed precision): a view's casts are consumed by
+    // the backward pass that uses them.
+    let frozen = model.clone().no_grad().compute_view(dt);
     let mut inputs = Vec::with_capacity(segments.len());
-    let mut x = Activation::Flat(req.batch.x.clone().detach());
+    let mut x = Activation::Flat(to_dtype(req.batch.x.clone(), dt).detach());
     for (s, range) in segments.iter().enumerate() {
         inputs.push(x.clone());
         if s + 1 < segments.len() {
@@ -107,8 +117,10 @@ pub fn checkpointed_step(
     let last = segments.len() - 1;
     let xin = inputs.pop().expect("at least one segment").require_grad();
     let logits = model
+        .compute_view(dt)
         .forward_range_seeded(segments[last].clone(), xin.clone(), &ctx, req.rng_seed)
         .into_flat();
+    let logits = to_dtype(logits, Some(DType::F32));
     let (loss, ce) = req.loss.loss(model, logits, &req.batch);
     let (value, sample_losses, scaled) =
         crate::standard::read_loss(loss, ce, req.loss_scale, "checkpoint")?;
@@ -123,7 +135,17 @@ pub fn checkpointed_step(
             message: format!("segment {} produced no input gradient", s + 1),
         })?;
         let xin = inputs.pop().expect("one input per segment").require_grad();
-        let y = model.forward_range_seeded(segments[s].clone(), xin.clone(), &ctx, req.rng_seed);
+        // A replay of pass 1: same dropout masks (reseeded), no second batch-norm update.
+        let replay_ctx = ForwardCtx {
+            replay: true,
+            ..ctx.clone()
+        };
+        let y = model.compute_view(dt).forward_range_seeded(
+            segments[s].clone(),
+            xin.clone(),
+            &replay_ctx,
+            req.rng_seed,
+        );
         let grads = y.dot(g).backward();
         if s > 0 {
             upstream = xin.grad(&grads);
@@ -152,9 +174,22 @@ impl MemoryStrategy for Checkpoint {
     }
 }
 
-fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>> {
+fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>> {
     let p: CheckpointParams = src.parse()?;
-    Ok(Box::new(Checkpoint::new(p.interval)))
+    Ok(Box::new(Checkpoint::new(default_interval(
+        p.interval,
+        &cx.model_kind,
+    ))))
+}
+
+/// The segment length for `interval` (0: the default for `model_kind`, see
+/// [`CheckpointParams::interval`]).
+pub fn default_interval(interval: usize, model_kind: &str) -> usize {
+    match (interval, model_kind) {
+        (0, "cnn") => 2,
+        (0, "vit") => 3,
+        (k, _) => k,
+    }
 }
 
 engram_core::register_strategy!(memory "checkpoint", "hybrid (segment) gradient checkpointing: keep segment inputs, recompute in backward", CheckpointParams, build);
@@ -344,5 +379,120 @@ mod vit_tests {
                 .fold(0.0f32, f32::max);
             assert!(err <= 1e-5, "interval {interval}: max relative error {err}");
         }
+    }
+}
+
+#[cfg(test)]
+mod cnn_tests {
+    use super::*;
+    use engram_core::burn::tensor::{Device, Int, TensorData};
+    use engram_core::data::stream::{Batch, SampleRef};
+    use engram_core::model::cnn::{ConvBlock, build_cnn};
+
+    const CE: crate::test_util::CeL2 = crate::test_util::CeL2(1e-3);
+
+    fn model(d: &Device) -> Model {
+        d.seed(4);
+        let mut r = engram_core::rng::stream(2, "init", 0, 0);
+        build_cnn(28, &[4, 6], 10, &mut r, d)
+    }
+
+    fn running_mean(m: &Model) -> Vec<f32> {
+        m.blocks()[0]
+            .downcast_ref::<ConvBlock>()
+            .unwrap()
+            .norm
+            .running_mean
+            .value_sync()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap()
+    }
+
+    /// Checkpointed gradients equal plain ones through batch norm (training statistics in both
+    /// passes), and the running statistics move once per step, as in a plain step.
+    #[test]
+    fn cnn_with_batch_norm_checkpointed_gradients_and_statistics_equal_plain() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let d = Device::flex().autodiff();
+        let x: Vec<f32> = (0..6 * 784)
+            .map(|i| ((i * 17 % 31) as f32 - 15.0) / 8.0)
+            .collect();
+        let b = Batch {
+            x: Tensor::from_data(TensorData::new(x, [6, 784]), &d),
+            y: Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 2, 4, 6, 8, 1], [6]), &d),
+            weights: None,
+            logit_mask: None,
+            refs: (0..6).map(|i| SampleRef { task: 0, index: i }).collect(),
+            new_samples: 6,
+        };
+        let grads = |m: &Model, o: &StepOutcome| -> Vec<Vec<f32>> {
+            m.flat_grads(&o.grads)
+                .into_iter()
+                .map(|(_, g)| g.into_data().try_to_vec::<f32>().unwrap())
+                .collect()
+        };
+        fn req<'a>(m: &'a Model, b: &Batch) -> StepRequest<'a> {
+            StepRequest {
+                model: m,
+                batch: b.clone(),
+                loss: &CE,
+                loss_scale: 1.0,
+                compute_dtype: None,
+                rng_seed: 5,
+            }
+        }
+        let plain_model = model(&d);
+        let before = running_mean(&plain_model);
+        let plain = crate::standard::plain_step(req(&plain_model, &b)).unwrap();
+        let want = grads(&plain_model, &plain);
+        let after_plain = running_mean(&plain_model);
+        assert_ne!(
+            before, after_plain,
+            "a training step moves the running mean"
+        );
+        assert_eq!(
+            want.len(),
+            2 * 4 + 2,
+            "conv weight and bias, gamma, beta per block; head"
+        );
+        for interval in [1, 2] {
+            let m = model(&d);
+            assert_eq!(running_mean(&m), before);
+            let out = checkpointed_step(
+                req(&m, &b),
+                &Checkpoint::new(interval).segments(m.num_blocks()),
+            )
+            .unwrap();
+            let got = grads(&m, &out);
+            let err = got
+                .iter()
+                .zip(&want)
+                .flat_map(|(a, b)| {
+                    a.iter()
+                        .zip(b)
+                        .map(|(p, q)| (p - q).abs() / q.abs().max(1e-3))
+                })
+                .fold(0.0f32, f32::max);
+            assert!(err <= 1e-5, "interval {interval}: max relative error {err}");
+            let moved = running_mean(&m);
+            let diff = moved
+                .iter()
+                .zip(&after_plain)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                diff <= 1e-6,
+                "interval {interval}: running mean off by {diff} (updated twice?)"
+            );
+        }
+    }
+
+    #[test]
+    fn default_intervals_follow_the_model_kind() {
+        assert_eq!(default_interval(0, "cnn"), 2);
+        assert_eq!(default_interval(0, "vit"), 3);
+        assert_eq!(default_interval(0, "mlp"), 0);
+        assert_eq!(default_interval(5, "cnn"), 5);
     }
 }

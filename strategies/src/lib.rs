@@ -11,6 +11,8 @@
 //! | `standard` | memory | [`standard`] |
 //! | `checkpoint` | memory | [`checkpoint`] |
 //! | `accumulate` | memory | [`accumulate`] |
+//! | `amp` | memory | [`amp`] |
+//! | `budget` | memory | [`budget`] |
 //! | `constant` | scheduler | [`constant`] |
 //! | `lr`, `reg_warmup`, `replay_ratio`, `cadence`, `anomaly` | scheduler | [`schedules`] |
 //!
@@ -18,6 +20,8 @@
 //! unlinked crate vanish; the `engram` facade calls [`link`] so that they are always present.
 
 pub mod accumulate;
+pub mod amp;
+pub mod budget;
 pub mod checkpoint;
 pub mod constant;
 pub mod ewc;
@@ -34,6 +38,8 @@ pub const BUILTIN_NAMES: &[&str] = &[
     "standard",
     "checkpoint",
     "accumulate",
+    "amp",
+    "budget",
     "constant",
     "lr",
     "reg_warmup",

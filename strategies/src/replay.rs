@@ -664,6 +664,7 @@ impl ForgettingStrategy for Replay {
         let ctx = ForwardCtx {
             task: (cx.stream.scenario == engram_core::config::Scenario::TaskIncremental)
                 .then_some(t),
+            replay: false,
         };
         let mut slots = Vec::with_capacity(refs.len());
         let mut entropy_sum = 0.0f64;

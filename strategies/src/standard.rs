@@ -2,7 +2,7 @@
 //! pass. The execution layer every other memory strategy wraps.
 
 use engram_core::burn::optim::GradientsParams;
-use engram_core::burn::tensor::Tensor;
+use engram_core::burn::tensor::{DType, Tensor};
 use engram_core::config::ParamSource;
 use engram_core::model::Activation;
 use engram_core::registry::BuildContext;
@@ -49,25 +49,38 @@ pub fn read_loss(
     Ok((value, sample_losses, scaled))
 }
 
-/// Runs one plain step of `req`: forward on `req.batch.x` `[batch, features]`, loss × scale,
-/// backward. Gradients come back multiplied by `req.loss_scale`.
+/// `t` cast to `dtype` (unchanged when `None` or already of that dtype).
+pub fn to_dtype<const D: usize>(t: Tensor<D>, dtype: Option<DType>) -> Tensor<D> {
+    match dtype {
+        Some(dt) if t.dtype() != dt => t.cast(dt),
+        _ => t,
+    }
+}
+
+/// Runs one plain step of `req`: forward on `req.batch.x` `[batch, features]` (in
+/// `req.compute_dtype` when set, normalisation and the loss in `f32`; see
+/// [`Model::compute_view`](engram_core::model::Model::compute_view)), loss × scale, backward.
+/// Gradients come back `f32`, multiplied by `req.loss_scale`.
 ///
 /// # Errors
 /// [`Error::Strategy`] when the loss is not finite and no loss scaling is active.
 pub fn plain_step(req: StepRequest<'_>) -> Result<StepOutcome> {
     let ctx = engram_core::model::ForwardCtx {
         task: req.batch.refs.first().map(|r| r.task as usize),
+        replay: false,
     };
     let n = req.model.num_blocks();
-    let logits = req
-        .model
+    // Mixed precision: parameters and input in the compute dtype, logits back to f32 for the loss.
+    let view = req.model.compute_view(req.compute_dtype);
+    let logits = view
         .forward_range_seeded(
             0..n,
-            Activation::Flat(req.batch.x.clone()),
+            Activation::Flat(to_dtype(req.batch.x.clone(), req.compute_dtype)),
             &ctx,
             req.rng_seed,
         )
         .into_flat();
+    let logits = to_dtype(logits, Some(DType::F32));
     let (loss, ce) = req.loss.loss(req.model, logits, &req.batch);
     let (value, sample_losses, scaled) = read_loss(loss, ce, req.loss_scale, "standard")?;
     let grads = scaled.backward();

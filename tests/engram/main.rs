@@ -8,6 +8,7 @@ mod book;
 mod corrupt_data;
 mod e2e;
 mod fetch;
+mod memory;
 mod plugins;
 mod report;
 mod resume;

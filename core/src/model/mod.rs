@@ -17,6 +17,7 @@
 //!   route the forward through it.
 
 pub mod bridge;
+pub mod cnn;
 pub mod mlp;
 pub mod vit;
 
@@ -24,7 +25,7 @@ use crate::model::bridge::{DynMapper, DynVisitor, FromDynMapper, FromDynVisitor}
 use bridge::{ToDynMapper, ToDynVisitor};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 use std::any::Any;
 use std::fmt::Debug;
 
@@ -121,6 +122,10 @@ pub struct ForwardCtx {
     /// The task the batch belongs to, where the scenario provides it (task-incremental
     /// training and evaluation); `None` in class- and domain-incremental evaluation.
     pub task: Option<usize>,
+    /// This forward repeats one already run in the same step (a checkpointed segment recomputed
+    /// in backward): blocks must compute exactly as before but not update state again (batch
+    /// norm's running statistics, see [`cnn::batch_norm`]).
+    pub replay: bool,
 }
 
 /// A Burn module that can be one stage of an engram [`Model`].
@@ -411,6 +416,40 @@ impl Model {
         self.clone().map(&mut FlagsOff)
     }
 
+    /// The model as a mixed-precision step computes with it: every float parameter cast to
+    /// `dtype` (a tracked cast, so gradients reach the `f32` master parameter under the same id),
+    /// except normalisation parameters (a path containing `norm`), which stay `f32` (their blocks
+    /// upcast the input, see [`norm_f32`]). `None` (or `f32`) returns the model as it is.
+    /// Build a fresh view for every graph: a view's casts belong to the graph that uses them.
+    pub fn compute_view(&self, dtype: Option<DType>) -> Model {
+        let Some(dtype) = dtype.filter(|d| *d != DType::F32) else {
+            return self.clone();
+        };
+        struct Caster {
+            path: Vec<String>,
+            dtype: DType,
+        }
+        impl ModuleMapper for Caster {
+            fn enter_module(&mut self, name: &str, _container_type: &str) {
+                self.path.push(name.to_string());
+            }
+            fn exit_module(&mut self, _name: &str, _container_type: &str) {
+                self.path.pop();
+            }
+            fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+                if self.path.iter().any(|p| p.contains("norm")) {
+                    return param;
+                }
+                let (id, tensor, mapper) = param.consume();
+                Param::from_mapped_value(id, tensor.cast(self.dtype), mapper)
+            }
+        }
+        self.clone().map(&mut Caster {
+            path: Vec::new(),
+            dtype,
+        })
+    }
+
     /// Replaces parameter values outside autodiff: `f(info, value)` gets each float
     /// parameter's value flattened to `[numel]` (untracked) and returns the new value, or
     /// `None` to keep it. Ids, gradient requirements and checkpointing strategies are kept, as
@@ -594,6 +633,17 @@ impl ModuleVisitor for GradVisitor<'_> {
             ));
         }
     }
+}
+
+/// Runs a normalisation layer in `f32` whatever the compute dtype of `x` (mixed precision keeps
+/// normalisation in full precision): `x` `[.., dim]` is upcast, normalised with the layer's
+/// `f32` parameters and cast back to its dtype.
+pub fn norm_f32<const D: usize>(norm: &burn::nn::LayerNorm, x: Tensor<D>) -> Tensor<D> {
+    let dt = x.dtype();
+    if dt == DType::F32 {
+        return norm.forward(x);
+    }
+    norm.forward(x.cast(DType::F32)).cast(dt)
 }
 
 /// Rebuilds a [`GradientsParams`] from flat gradients keyed by [`ParamId`], restoring each

@@ -6,7 +6,7 @@
 //! EWC's default layered-importance group (`attention|attn`) finds them by path.
 
 use super::mlp::init_linear;
-use super::{Activation, Block, DynBlock, ForwardCtx, Model};
+use super::{Activation, Block, DynBlock, ForwardCtx, Model, norm_f32};
 use crate::rng::Rng;
 use burn::module::{Module, Param};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
@@ -76,10 +76,10 @@ impl Block for EncoderBlock {
         };
         let a = self
             .attention
-            .forward(MhaInput::self_attn(self.norm1.forward(x.clone())))
+            .forward(MhaInput::self_attn(norm_f32(&self.norm1, x.clone())))
             .context;
         let x = x + self.dropout.forward(a);
-        let h = activation::gelu(self.fc1.forward(self.norm2.forward(x.clone())));
+        let h = activation::gelu(self.fc1.forward(norm_f32(&self.norm2, x.clone())));
         let x = x + self.dropout.forward(self.fc2.forward(h));
         Activation::Seq(x)
     }
@@ -102,7 +102,7 @@ impl Block for TokenHead {
         let Activation::Seq(x) = x else {
             panic!("the token head takes tokens [batch, tokens, dim]");
         };
-        let pooled = self.norm.forward(x).mean_dim(1).squeeze_dim::<2>(1);
+        let pooled = norm_f32(&self.norm, x).mean_dim(1).squeeze_dim::<2>(1);
         Activation::Flat(self.linear.forward(pooled))
     }
     fn kind(&self) -> &'static str {

@@ -346,6 +346,12 @@ pub trait MemoryStrategy: Send {
     fn layer(&self) -> MemoryLayer;
     /// Runs one step, calling `next` zero or more times (an execution strategy never does).
     fn step(&mut self, req: StepRequest<'_>, next: Next<'_>) -> Result<StepOutcome>;
+
+    /// What the strategy decided or measured, for `report.json` (`memory.strategies.<name>`):
+    /// for example the plan a memory budget chose, or AMP's final loss scale. Default: nothing.
+    fn report(&self) -> Option<serde_json::Value> {
+        None
+    }
     /// The state to checkpoint (for example the loss scale).
     fn state(&self) -> Result<StrategyState> {
         Ok(StrategyState::default())

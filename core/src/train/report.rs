@@ -85,6 +85,9 @@ pub struct MemoryReport {
     /// Grows during a run for strategies that add parameters (mixture of experts).
     #[serde(default)]
     pub parameters: u64,
+    /// What each memory strategy reports ([`crate::strategy::MemoryStrategy::report`]), by name.
+    #[serde(default)]
+    pub strategies: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// Throughput figures.

@@ -124,6 +124,16 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
 pub fn build_model(cfg: &LoadedConfig, stream: &Stream, device: &Device) -> Model {
     let c = &cfg.config;
     let mut r = rng::stream(c.run.seed, "init", 0, 0);
+    if c.model.kind == "cnn" {
+        device.seed(rng::derive_seed(c.run.seed, "burn-init", 0, 0));
+        return crate::model::cnn::build_cnn(
+            stream.dataset.image_hw.0,
+            &c.model.channels,
+            stream.num_classes,
+            &mut r,
+            device,
+        );
+    }
     if c.model.kind == "vit" {
         device.seed(rng::derive_seed(c.run.seed, "burn-init", 0, 0));
         let hw = stream.dataset.image_hw;
@@ -276,6 +286,7 @@ pub fn evaluate_task(
     }
     let ctx = ForwardCtx {
         task: (stream.scenario == Scenario::TaskIncremental).then_some(t),
+        replay: false,
     };
     let mut correct = 0i64;
     let refs: Vec<SampleRef> = rows
@@ -920,6 +931,11 @@ fn run_inner(
         .max(mem.after_task.peak_bytes);
     mem.end_bytes = memory::device_bytes(&inner).unwrap_or(0);
     mem.parameters = model.numel() as u64;
+    mem.strategies = p
+        .memory
+        .iter()
+        .filter_map(|s| Some((s.name().to_string(), s.report()?)))
+        .collect();
     let mut timings = pr.timings.clone();
     timings.setup_s += setup_s;
     timings.total_s = earlier_s + t0.elapsed().as_secs_f64() + setup_s;

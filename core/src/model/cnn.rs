@@ -1,0 +1,146 @@
+//! A small convolutional network with batch normalisation, built as blocks.
+//!
+//! `channels = [16, 32]` on 28×28 images is three blocks: two [`ConvBlock`]s (3×3 convolution
+//! with padding 1, batch norm, ReLU, 2×2 max pooling: `[batch, c, h, w]` →
+//! `[batch, c', h/2, w/2]`) and the MLP's [`HeadBlock`] on the flattened features
+//! (`[batch, 32·7·7]` → `[batch, classes]`).
+//!
+//! Batch norm (Ioffe & Szegedy 2015) is the block that makes recomputation delicate: its training
+//! forward normalises with the batch's statistics *and* updates the running statistics. A
+//! checkpointed step runs a segment twice (once without a graph, once in backward), so the block
+//! takes [`ForwardCtx::replay`]: a replayed forward normalises exactly as the first one did but
+//! leaves the running statistics alone, so they move once per step, as in a plain step. The mode
+//! (batch or running statistics) follows Burn's rule: training statistics on an autodiff device
+//! with the layer's training flag on ([`Model::eval_mode`] turns it off, `valid()` leaves the
+//! autodiff device). Normalisation runs in `f32` under mixed precision.
+
+use super::mlp::{HeadBlock, init_linear};
+use super::{Activation, Block, DynBlock, ForwardCtx, Model};
+use crate::rng::Rng;
+use burn::module::Module;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{BatchNorm, BatchNormConfig, PaddingConfig2d};
+use burn::tensor::{DType, Device, Tensor, activation};
+
+/// Convolution, batch norm, ReLU, 2×2 max pooling: `[batch, c_in, h, w]` →
+/// `[batch, c_out, h/2, w/2]`. A flat input `[batch, h·w]` is read as one channel of
+/// `side × side`.
+#[derive(Module, Debug)]
+pub struct ConvBlock {
+    /// 3×3, padding 1, weight `[c_out, c_in, 3, 3]`.
+    pub conv: Conv2d,
+    /// Batch norm over `c_out` channels (parameters kept in `f32` under mixed precision).
+    pub norm: BatchNorm,
+    /// 2×2, stride 2.
+    pub pool: MaxPool2d,
+    /// Side of the square image a flat input is reshaped to.
+    #[module(skip)]
+    pub side: usize,
+}
+
+/// Batch norm of `x` `[batch, c, h, w]` with `bn`'s parameters, in `f32`: batch statistics in
+/// training mode (updating the running statistics unless `replay`), running statistics
+/// otherwise. The same arithmetic as Burn's `BatchNorm::forward` (momentum update of the running
+/// mean and variance), with the update made optional.
+pub fn batch_norm(bn: &BatchNorm, x: Tensor<4>, replay: bool) -> Tensor<4> {
+    let dt = x.dtype();
+    let x = if dt == DType::F32 {
+        x
+    } else {
+        x.cast(DType::F32)
+    };
+    let device = x.device();
+    let out = if device.is_autodiff() && bn.training.is_enabled() {
+        let r =
+            burn::tensor::module::batch_norm_train(x, bn.gamma.val(), bn.beta.val(), bn.epsilon);
+        if !replay {
+            let m = bn.momentum;
+            let mean = bn.running_mean.value_sync().to_device(&device);
+            let var = bn.running_var.value_sync().to_device(&device);
+            bn.running_mean.update(
+                mean.mul_scalar(1.0 - m)
+                    .add(r.mean.detach().mul_scalar(m))
+                    .detach(),
+            );
+            bn.running_var.update(
+                var.mul_scalar(1.0 - m)
+                    .add(r.variance.detach().mul_scalar(m))
+                    .detach(),
+            );
+        }
+        r.output
+    } else {
+        burn::tensor::module::batch_norm(
+            x,
+            bn.gamma.val(),
+            bn.beta.val(),
+            bn.running_mean.value().to_device(&device),
+            bn.running_var.value().to_device(&device),
+            bn.epsilon,
+        )
+    };
+    if dt == DType::F32 { out } else { out.cast(dt) }
+}
+
+impl Block for ConvBlock {
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
+        let x = match x {
+            Activation::Image(t) => t,
+            Activation::Flat(t) => {
+                let [b, _] = t.dims();
+                t.reshape([b, 1, self.side, self.side])
+            }
+            Activation::Seq(_) => panic!("a conv block takes images [batch, c, h, w]"),
+        };
+        let y = batch_norm(&self.norm, self.conv.forward(x), ctx.replay);
+        Activation::Image(self.pool.forward(activation::relu(y)))
+    }
+    fn kind(&self) -> &'static str {
+        "conv"
+    }
+}
+
+/// The CNN of the module docs: `channels.len()` conv blocks on `side × side` single-channel
+/// images, then a linear head. Convolutions are initialised by Burn's default (Kaiming uniform)
+/// from the device's RNG, which the trainer seeds from the run seed; the head from `rng`.
+///
+/// # Panics
+/// When `side` is not divisible by `2^channels.len()` (the config check refuses it first).
+pub fn build_cnn(
+    side: usize,
+    channels: &[usize],
+    classes: usize,
+    rng: &mut Rng,
+    device: &Device,
+) -> Model {
+    let mut blocks = Vec::new();
+    let (mut c_in, mut s) = (1, side);
+    for &c in channels {
+        blocks.push(DynBlock::new(ConvBlock {
+            conv: Conv2dConfig::new([c_in, c], [3, 3])
+                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .init(device),
+            norm: BatchNormConfig::new(c).init(device),
+            pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+            side: s,
+        }));
+        c_in = c;
+        assert!(
+            s.is_multiple_of(2),
+            "image side {side} not divisible by 2^{}",
+            channels.len()
+        );
+        s /= 2;
+    }
+    blocks.push(DynBlock::new(HeadBlock {
+        linear: init_linear(c_in * s * s, classes, rng, device),
+    }));
+    // Burn's conv layers initialise lazily, and a lazy parameter is shared by every clone of the
+    // model until first use: a checkpointed step's graph-free clone (`no_grad`) would then
+    // initialise it without gradients for the real model too (measured: only the head got
+    // gradients). Reading every parameter initialises them now.
+    let model = Model::new(blocks, classes);
+    let _ = model.param_values();
+    model
+}

@@ -1,0 +1,386 @@
+//! `amp`: automatic mixed precision (Micikevicius et al., *Mixed Precision Training*, ICLR
+//! 2018) with dynamic loss scaling.
+//!
+//! The precision layer of the memory chain. It asks the execution strategy (`standard` or
+//! `checkpoint`) to compute in `f16` or `bf16`: the parameters are cast from their `f32` master
+//! copies for each forward pass (a tracked cast, so the gradients land on the `f32` masters, and
+//! the optimiser steps in `f32`), the input is cast, normalisation layers run in `f32`
+//! ([`norm_f32`](engram_core::model::norm_f32)), and the logits are cast back to `f32` for the
+//! softmax, the loss and every penalty.
+//!
+//! Dynamic loss scaling (the paper's §3.2, as `torch.cuda.amp.GradScaler`): the loss is
+//! multiplied by a scale `S` before backward, so small gradients survive `f16`'s range
+//! (smallest normal 6.1e-5); the gradients are divided by `S` before anything reads them
+//! (clipping in the trainer, EWC's Fisher, which runs its own `f32` passes anyway). A step whose
+//! gradients contain inf or NaN is **skipped** (the optimiser does not step; the trainer counts
+//! it in `report.json`'s `training.skipped_steps`) and `S ← S · backoff_factor`; after
+//! `growth_interval` clean steps in a row `S ← S · growth_factor`. Defaults: `S₀ = 2¹⁶`, growth
+//! ×2 every 2000 clean steps, back-off ×0.5 (PyTorch's). `bf16` has `f32`'s range, so
+//! `loss_scaling = false` is safe there.
+//!
+//! On this CPU backend (Burn's flex) `f16` and `bf16` tensors are stored in 2 bytes but many
+//! kernels compute through `f32`: `engram bench memory` reports what that gives.
+
+use engram_core::burn::optim::GradientsParams;
+use engram_core::burn::tensor::DType;
+use engram_core::config::ParamSource;
+use engram_core::model::unflatten_grads;
+use engram_core::registry::BuildContext;
+use engram_core::strategy::{
+    MemoryLayer, MemoryStrategy, Next, StepOutcome, StepRequest, StrategyState,
+};
+use engram_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// The compute dtype.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// IEEE half precision: 5 exponent bits (max 65 504), needs loss scaling.
+    F16,
+    /// bfloat16: `f32`'s 8 exponent bits, 7 mantissa bits.
+    Bf16,
+}
+
+impl Precision {
+    /// The Burn dtype.
+    pub fn dtype(self) -> DType {
+        match self {
+            Precision::F16 => DType::F16,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+}
+
+/// `[[memory]] type = "amp"` parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AmpParams {
+    /// `f16` or `bf16`.
+    pub dtype: Precision,
+    /// Dynamic loss scaling on (`false`: scale 1, no skipping; only for `bf16`).
+    pub loss_scaling: bool,
+    /// Initial loss scale `S₀`.
+    pub init_scale: f64,
+    /// Multiplier of `S` after `growth_interval` clean steps.
+    pub growth_factor: f64,
+    /// Multiplier of `S` after a step with inf/NaN gradients (which is skipped).
+    pub backoff_factor: f64,
+    /// Clean steps in a row before `S` grows.
+    pub growth_interval: usize,
+}
+
+impl Default for AmpParams {
+    fn default() -> Self {
+        Self {
+            dtype: Precision::F16,
+            loss_scaling: true,
+            init_scale: 65536.0,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 2000,
+        }
+    }
+}
+
+/// The dynamic loss scaler: `S`, and the clean steps since it last changed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LossScaler {
+    /// The current scale `S`.
+    pub scale: f64,
+    /// Clean steps in a row.
+    pub clean: usize,
+    p: AmpParams,
+}
+
+impl LossScaler {
+    /// A scaler at `p.init_scale`.
+    pub fn new(p: AmpParams) -> Self {
+        Self {
+            scale: if p.loss_scaling { p.init_scale } else { 1.0 },
+            clean: 0,
+            p,
+        }
+    }
+
+    /// Records one step: `finite` says whether its gradients were all finite. Returns whether
+    /// the step must be skipped.
+    pub fn update(&mut self, finite: bool) -> bool {
+        if !self.p.loss_scaling {
+            return false;
+        }
+        if !finite {
+            self.scale *= self.p.backoff_factor;
+            self.clean = 0;
+            return true;
+        }
+        self.clean += 1;
+        if self.clean >= self.p.growth_interval {
+            self.scale *= self.p.growth_factor;
+            self.clean = 0;
+        }
+        false
+    }
+}
+
+/// Mixed precision with a dynamic loss scaler.
+#[derive(Debug)]
+pub struct Amp {
+    dtype: Precision,
+    scaler: LossScaler,
+}
+
+impl Amp {
+    /// AMP with parameters `p` (unchecked; the registry's factory checks them).
+    pub fn new(p: AmpParams) -> Self {
+        Self {
+            dtype: p.dtype,
+            scaler: LossScaler::new(p),
+        }
+    }
+}
+
+impl MemoryStrategy for Amp {
+    fn name(&self) -> &str {
+        "amp"
+    }
+
+    fn layer(&self) -> MemoryLayer {
+        MemoryLayer::Precision
+    }
+
+    fn step(&mut self, mut req: StepRequest<'_>, next: Next<'_>) -> Result<StepOutcome> {
+        let scale = self.scaler.scale as f32;
+        req.compute_dtype = Some(self.dtype.dtype());
+        req.loss_scale = scale;
+        let model = req.model;
+        let out = next.run(req)?;
+        // Unscale, and look for inf/NaN in one pass over every gradient.
+        let flat = model.flat_grads(&out.grads);
+        let mut finite = out.loss.is_finite();
+        let mut unscaled = Vec::with_capacity(flat.len());
+        for (info, g) in flat {
+            let g = g.inner().div_scalar(scale);
+            if finite {
+                finite = g.clone().is_finite().all().into_scalar::<bool>();
+            }
+            unscaled.push((info.id, g));
+        }
+        let skipped = self.scaler.update(finite);
+        if !finite && !self.scaler.p.loss_scaling {
+            return Err(Error::Strategy {
+                strategy: "amp".into(),
+                message: format!(
+                    "non-finite gradients in {:?} without loss scaling (set loss_scaling = true, or use bf16)",
+                    self.dtype
+                ),
+            });
+        }
+        Ok(StepOutcome {
+            loss: out.loss,
+            sample_losses: out.sample_losses,
+            grads: if skipped {
+                GradientsParams::new()
+            } else {
+                unflatten_grads(model, unscaled)
+            },
+            skipped: skipped || out.skipped,
+            loss_scale: Some(self.scaler.scale as f32),
+        })
+    }
+
+    fn report(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({
+            "dtype": self.dtype,
+            "final_loss_scale": self.scaler.scale,
+            "clean_steps": self.scaler.clean,
+        }))
+    }
+
+    fn state(&self) -> Result<StrategyState> {
+        Ok(StrategyState {
+            meta: serde_json::json!({ "scale": self.scaler.scale, "clean": self.scaler.clean }),
+            tensors: Default::default(),
+        })
+    }
+
+    fn load_state(&mut self, state: StrategyState) -> Result<()> {
+        let bad = || Error::Strategy {
+            strategy: "amp".into(),
+            message: "saved state is incomplete".into(),
+        };
+        self.scaler.scale = state.meta["scale"].as_f64().ok_or_else(bad)?;
+        self.scaler.clean = state.meta["clean"].as_u64().ok_or_else(bad)? as usize;
+        Ok(())
+    }
+}
+
+fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>> {
+    let p: AmpParams = src.parse()?;
+    let positive = |key: &str, v: f64| {
+        if v.is_finite() && v > 0.0 {
+            Ok(())
+        } else {
+            Err(src.key_error(key, format!("amp: `{key}` must be > 0 (got {v})"), None))
+        }
+    };
+    positive("init_scale", p.init_scale)?;
+    positive("growth_factor", p.growth_factor)?;
+    positive("backoff_factor", p.backoff_factor)?;
+    if p.backoff_factor >= 1.0 {
+        return Err(src.key_error(
+            "backoff_factor",
+            format!(
+                "amp: `backoff_factor` must be < 1 (got {})",
+                p.backoff_factor
+            ),
+            None,
+        ));
+    }
+    if p.growth_interval == 0 {
+        return Err(src.key_error(
+            "growth_interval",
+            "amp: `growth_interval` must be ≥ 1".into(),
+            None,
+        ));
+    }
+    Ok(Box::new(Amp::new(p)))
+}
+
+engram_core::register_strategy!(memory "amp", "mixed precision (f16/bf16 compute, f32 master weights) with dynamic loss scaling", AmpParams, build);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BURN_RNG;
+    use crate::test_util::CeL2;
+    use engram_core::burn::tensor::{Device, Int, Tensor, TensorData};
+    use engram_core::data::stream::Batch;
+    use engram_core::model::mlp::{ActivationKind, build_mlp};
+
+    /// The scaler grows after `growth_interval` clean steps, backs off and skips on inf.
+    #[test]
+    fn scaler_grows_backs_off_and_skips() {
+        let mut s = LossScaler::new(AmpParams {
+            growth_interval: 3,
+            ..AmpParams::default()
+        });
+        assert_eq!(s.scale, 65536.0);
+        assert!(!s.update(true) && !s.update(true));
+        assert_eq!(s.scale, 65536.0);
+        assert!(!s.update(true));
+        assert_eq!((s.scale, s.clean), (131072.0, 0));
+        assert!(s.update(false), "an inf step is skipped");
+        assert_eq!((s.scale, s.clean), (65536.0, 0));
+        assert!(!s.update(true));
+        assert_eq!(s.clean, 1);
+        let mut off = LossScaler::new(AmpParams {
+            loss_scaling: false,
+            ..AmpParams::default()
+        });
+        assert_eq!(off.scale, 1.0);
+        assert!(!off.update(false));
+    }
+
+    fn batch(d: &Device) -> Batch {
+        let x: Vec<f32> = (0..8 * 6)
+            .map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.2)
+            .collect();
+        Batch {
+            x: Tensor::from_data(TensorData::new(x, [8, 6]), d),
+            y: Tensor::<1, Int>::from_data(
+                TensorData::new((0..8).map(|i| i % 3).collect::<Vec<i64>>(), [8]),
+                d,
+            ),
+            weights: None,
+            logit_mask: None,
+            refs: vec![],
+            new_samples: 8,
+        }
+    }
+
+    /// An AMP step gives the f32 step's gradients within half precision's error, unscaled, and
+    /// an overflowing scale makes it skip the step and halve the scale.
+    #[test]
+    fn amp_step_matches_f32_and_skips_on_overflow() {
+        let _g = BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let d = Device::flex().autodiff();
+        let mut r = engram_core::rng::stream(0, "init", 0, 0);
+        let m = build_mlp(6, &[16], 3, ActivationKind::Relu, 0.0, &mut r, &d);
+        let flat = |g: &GradientsParams| -> Vec<f32> {
+            m.flat_grads(g)
+                .into_iter()
+                .flat_map(|(_, t)| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap())
+                .collect()
+        };
+        let run = |chain: &mut Vec<Box<dyn MemoryStrategy>>| {
+            Next::new(chain)
+                .run(StepRequest {
+                    model: &m,
+                    batch: batch(&d),
+                    loss: &CeL2(0.0),
+                    loss_scale: 1.0,
+                    compute_dtype: None,
+                    rng_seed: 1,
+                })
+                .unwrap()
+        };
+        let plain = run(&mut vec![Box::new(crate::standard::Standard)]);
+        for dtype in [Precision::F16, Precision::Bf16] {
+            let amp = Amp {
+                dtype,
+                scaler: LossScaler::new(AmpParams {
+                    dtype,
+                    init_scale: 1024.0,
+                    ..AmpParams::default()
+                }),
+            };
+            let out = run(&mut vec![
+                Box::new(amp),
+                Box::new(crate::standard::Standard),
+            ]);
+            assert!(!out.skipped);
+            assert_eq!(out.loss_scale, Some(1024.0));
+            let (a, b) = (flat(&plain.grads), flat(&out.grads));
+            let norm = a.iter().map(|v| v * v).sum::<f32>().sqrt();
+            let err = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).powi(2))
+                .sum::<f32>()
+                .sqrt();
+            // bf16 keeps 8 significant bits, f16 11: relative error well under 5 %.
+            assert!(err < 0.05 * norm, "{dtype:?}: |Δg| {err} vs |g| {norm}");
+            assert!((out.loss - plain.loss).abs() < 0.02 * plain.loss.abs().max(1.0));
+        }
+        // A scale of 2^60 overflows f16 (max 65504): the step is skipped and the scale halves.
+        let mut chain: Vec<Box<dyn MemoryStrategy>> = vec![
+            Box::new(Amp {
+                dtype: Precision::F16,
+                scaler: LossScaler::new(AmpParams {
+                    init_scale: 2f64.powi(60),
+                    ..AmpParams::default()
+                }),
+            }),
+            Box::new(crate::standard::Standard),
+        ];
+        let out = run(&mut chain);
+        assert!(out.skipped);
+        assert_eq!(out.loss_scale, Some(2f32.powi(59)));
+        assert_eq!(out.grads.len(), 0);
+    }
+
+    #[test]
+    fn parameters_are_checked() {
+        let cx = BuildContext::default();
+        for (text, needle) in [
+            ("backoff_factor = 1.5", "`backoff_factor` must be < 1"),
+            ("growth_interval = 0", "`growth_interval` must be ≥ 1"),
+            ("init_scale = -1.0", "`init_scale` must be > 0"),
+            ("dtype = \"f8\"", "unknown variant `f8`"),
+        ] {
+            let e = build(&ParamSource::from_toml(text), &cx).err().unwrap();
+            assert!(e.to_string().contains(needle), "{text}: {e}");
+        }
+    }
+}
