@@ -145,3 +145,61 @@ fn a_memory_budget_picks_a_smaller_footprint_or_says_what_is_possible() {
     );
     assert!(msg.contains("the smallest footprint found is"), "{msg}");
 }
+
+/// The CNN (conv + batch norm) trains on a slice, and a checkpointed run (segments of one block,
+/// so every conv block is recomputed) ends where the plain run ends: recomputation neither
+/// changes the gradients nor updates batch norm's running statistics a second time (evaluation
+/// uses them).
+#[test]
+fn a_checkpointed_cnn_run_equals_the_plain_run() {
+    let _ = fmnist_dir();
+    let d = tempfile::tempdir().unwrap();
+    let mut accs = Vec::new();
+    for (name, memory) in [
+        ("plain", ""),
+        (
+            "checkpoint",
+            "[[memory]]\ntype = \"checkpoint\"\ninterval = 1\n",
+        ),
+    ] {
+        let text = format!(
+            "[run]\nseed = 0\n[data]\ndataset = \"fashion-mnist\"\ntasks = 2\nclasses_per_task = 2\n\
+             subsample = 600\ntest_subsample = 400\n[model]\ntype = \"cnn\"\nchannels = [4, 8]\n\
+             [optimizer]\ntype = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n[train]\nbatch_size = 64\n{memory}"
+        );
+        let cfg = d.path().join(format!("{name}.toml"));
+        std::fs::write(&cfg, text).unwrap();
+        let out = d.path().join(name);
+        let (code, msg) = run(&[
+            "run",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ]);
+        assert_eq!(code, 0, "{name}: {msg}");
+        accs.push(report(&out)["accuracy_matrix"].clone());
+    }
+    let diag = accs[0][0][0].as_f64().unwrap();
+    assert!(diag > 0.8, "the CNN learns task 0: {diag}");
+    let flat = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap_or(0.0))
+            })
+            .collect()
+    };
+    for (a, b) in flat(&accs[0]).iter().zip(flat(&accs[1])) {
+        assert!(
+            (a - b).abs() <= 0.005,
+            "plain {:?} vs checkpointed {:?}",
+            accs[0],
+            accs[1]
+        );
+    }
+}
