@@ -408,24 +408,35 @@ macro_rules! declare_plugin {
     };
 }
 
+/// [`PluginError::Missing`] for a file that does not exist, else [`PluginError::Unreadable`].
+fn io_error(path: &Path, e: std::io::Error) -> PluginError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        PluginError::Missing {
+            path: path.to_path_buf(),
+        }
+    } else {
+        PluginError::Unreadable {
+            path: path.to_path_buf(),
+            source: e,
+        }
+    }
+}
+
+/// Hex SHA-256 of `bytes`.
+fn hex_sha256(bytes: &[u8]) -> String {
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Reads the declaration of the shared library at `path` without loading it.
 ///
 /// # Errors
 /// [`PluginError::Missing`], [`PluginError::Unreadable`], [`PluginError::NotSharedLibrary`],
 /// [`PluginError::NoDeclaration`] (also for a section too short or without the magic bytes).
 pub fn read_declaration(path: &Path) -> Result<DeclarationInfo, PluginError> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            PluginError::Missing {
-                path: path.to_path_buf(),
-            }
-        } else {
-            PluginError::Unreadable {
-                path: path.to_path_buf(),
-                source: e,
-            }
-        }
-    })?;
+    let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
     declaration_from_bytes(path, &bytes)
 }
 
@@ -576,22 +587,8 @@ pub struct Plugin {
 /// # Errors
 /// [`PluginError::Missing`] or [`PluginError::Unreadable`].
 pub fn file_sha256(path: &Path) -> Result<String, PluginError> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            PluginError::Missing {
-                path: path.to_path_buf(),
-            }
-        } else {
-            PluginError::Unreadable {
-                path: path.to_path_buf(),
-                source: e,
-            }
-        }
-    })?;
-    Ok(sha2::Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
+    Ok(hex_sha256(&bytes))
 }
 
 /// Loads the plugin at `path`: reads and checks its declaration from the file, then opens it
@@ -602,32 +599,15 @@ pub fn file_sha256(path: &Path) -> Result<String, PluginError> {
 /// Every [`PluginError`] variant but `Duplicate`, `Panicked` and `Changed`, in the order of the
 /// module docs.
 pub fn load(path: &Path) -> Result<Plugin, PluginError> {
-    let canonical = std::fs::canonicalize(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            PluginError::Missing {
-                path: path.to_path_buf(),
-            }
-        } else {
-            PluginError::Unreadable {
-                path: path.to_path_buf(),
-                source: e,
-            }
-        }
-    })?;
+    let canonical = std::fs::canonicalize(path).map_err(|e| io_error(path, e))?;
     let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = loaded.iter().find(|p| p.info.path == canonical) {
         return Ok(p.clone());
     }
-    let bytes = std::fs::read(&canonical).map_err(|e| PluginError::Unreadable {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
+    let bytes = std::fs::read(&canonical).map_err(|e| io_error(path, e))?;
     let decl = declaration_from_bytes(path, &bytes)?;
     check_declaration(path, &decl)?;
-    let sha256: String = sha2::Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha256 = hex_sha256(&bytes);
     drop(bytes);
     // SAFETY: the declaration says the library was built against this very engram-core (same
     // toolchain, Burn, features and profile); loading it runs its constructors, which is what

@@ -96,6 +96,7 @@ pub fn checkpointed_step(
     let ctx = ForwardCtx {
         task: req.batch.refs.first().map(|r| r.task as usize),
         replay: false,
+        evaluation: false,
     };
     // Pass 1: no graph, keep each segment's input.
     let dt = req.compute_dtype;
@@ -233,7 +234,7 @@ mod tests {
             .collect()
     }
 
-    fn max_rel_err(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    pub(super) fn max_rel_err(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
         assert_eq!(a.len(), b.len());
         a.iter()
             .zip(b)
@@ -367,16 +368,7 @@ mod vit_tests {
                 &checkpointed_step(req(), &Checkpoint::new(interval).segments(m.num_blocks()))
                     .unwrap(),
             );
-            assert_eq!(got.len(), want.len());
-            let err = got
-                .iter()
-                .zip(&want)
-                .flat_map(|(a, b)| {
-                    a.iter()
-                        .zip(b)
-                        .map(|(p, q)| (p - q).abs() / q.abs().max(1e-3))
-                })
-                .fold(0.0f32, f32::max);
+            let err = super::tests::max_rel_err(&got, &want);
             assert!(err <= 1e-5, "interval {interval}: max relative error {err}");
         }
     }
@@ -464,16 +456,7 @@ mod cnn_tests {
                 &Checkpoint::new(interval).segments(m.num_blocks()),
             )
             .unwrap();
-            let got = grads(&m, &out);
-            let err = got
-                .iter()
-                .zip(&want)
-                .flat_map(|(a, b)| {
-                    a.iter()
-                        .zip(b)
-                        .map(|(p, q)| (p - q).abs() / q.abs().max(1e-3))
-                })
-                .fold(0.0f32, f32::max);
+            let err = super::tests::max_rel_err(&grads(&m, &out), &want);
             assert!(err <= 1e-5, "interval {interval}: max relative error {err}");
             let moved = running_mean(&m);
             let diff = moved

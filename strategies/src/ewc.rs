@@ -298,6 +298,7 @@ impl Ewc {
         let ctx = |b: &Batch| ForwardCtx {
             task: b.refs.first().map(|r| r.task as usize),
             replay: false,
+            evaluation: false,
         };
         let mut acc: Vec<(ParamInfo, Tensor<1>)> = Vec::new();
         let mut add = |grads: Vec<(ParamInfo, Tensor<1>)>, weight: Option<f32>| {

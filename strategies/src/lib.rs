@@ -26,6 +26,7 @@ pub mod checkpoint;
 pub mod constant;
 pub mod ewc;
 pub mod naive;
+pub mod ncm;
 pub mod replay;
 pub mod schedules;
 pub mod standard;

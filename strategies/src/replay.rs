@@ -132,6 +132,9 @@ pub struct ReplayParams {
     /// removing the head's bias towards the newest classes. Class-incremental only. Default
     /// false (measured: it lowered ACC on Split-FMNIST with this MLP, see the book).
     pub align_head: bool,
+    /// How the trainer's evaluation classifies: `linear` (default: the trained head) or `ncm`
+    /// (nearest class mean of the memory's features, iCaRL; see [`crate::ncm`]).
+    pub classifier: Classifier,
     /// Logit replay (dark experience replay, Buzzega et al. 2020): each stored sample keeps the
     /// logits `z*` the model gave it when it entered the memory, and memory rows add
     /// `distill · T² · mean_i KL(softmax(z*_i/T) ‖ softmax(z_i/T))` with `T = 2` to the loss —
@@ -170,6 +173,7 @@ impl Default for ReplayParams {
             weight: None,
             balance: Balance::Class,
             align_head: false,
+            classifier: Classifier::Linear,
             distill: 0.5,
         }
     }
@@ -201,6 +205,8 @@ pub struct Slot {
 /// The replay strategy.
 pub struct Replay {
     p: ReplayParams,
+    /// Class means of the memory's features (`classifier = "ncm"`), after the first task.
+    means: Option<crate::ncm::ClassMeans>,
     mixing: Mixing,
     /// Per past task (stream position), its stored samples.
     buffers: Vec<Vec<Slot>>,
@@ -423,6 +429,7 @@ impl Replay {
         Ok(Self {
             p,
             mixing,
+            means: None,
             buffers: Vec::new(),
             complexity: Vec::new(),
             available: Vec::new(),
@@ -665,6 +672,7 @@ impl ForgettingStrategy for Replay {
             task: (cx.stream.scenario == engram_core::config::Scenario::TaskIncremental)
                 .then_some(t),
             replay: false,
+            evaluation: false,
         };
         let mut slots = Vec::with_capacity(refs.len());
         let mut entropy_sum = 0.0f64;
@@ -737,6 +745,12 @@ impl ForgettingStrategy for Replay {
             Allocation::Equal => 1.0,
         };
         self.add_task(t, slots, complexity, cx.seed);
+        if self.p.classifier == Classifier::Ncm {
+            let means = self.memory_class_means(cx)?;
+            let model = std::mem::replace(cx.model, cx.model.clone());
+            *cx.model = crate::ncm::with_means(model, means.clone());
+            self.means = Some(means);
+        }
         if self.p.align_head
             && t > 0
             && cx.stream.scenario == engram_core::config::Scenario::ClassIncremental
@@ -752,9 +766,17 @@ impl ForgettingStrategy for Replay {
         Ok(())
     }
 
+    fn rebuild_model(&self, model: Model, _device: &Device) -> Result<Model> {
+        Ok(match &self.means {
+            Some(m) => crate::ncm::with_means(model, m.clone()),
+            None => model,
+        })
+    }
+
     fn state(&self) -> Result<StrategyState> {
         Ok(StrategyState {
             meta: serde_json::json!({
+                "means": self.means,
                 "buffers": self.buffers,
                 "complexity": self.complexity,
                 "available": self.available,
@@ -771,8 +793,61 @@ impl ForgettingStrategy for Replay {
         self.buffers = serde_json::from_value(state.meta["buffers"].clone()).map_err(bad)?;
         self.complexity = serde_json::from_value(state.meta["complexity"].clone()).map_err(bad)?;
         self.available = serde_json::from_value(state.meta["available"].clone()).map_err(bad)?;
+        self.means = serde_json::from_value(state.meta["means"].clone()).unwrap_or(None);
         self.drawn.clear();
         Ok(())
+    }
+}
+
+/// How the trainer's evaluation classifies (see [`ReplayParams::classifier`]).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Classifier {
+    /// The trained linear head.
+    #[default]
+    Linear,
+    /// Nearest class mean of the memory's features.
+    Ncm,
+}
+
+impl Replay {
+    /// Class means of the L2-normalised features (the output of every block but the head) of
+    /// the memory's samples, on the inference copy of `cx.model`.
+    fn memory_class_means(&self, cx: &TaskContext<'_>) -> Result<crate::ncm::ClassMeans> {
+        let refs: Vec<SampleRef> = self.buffers.iter().flatten().map(|s| s.r).collect();
+        let labels: Vec<usize> = self
+            .buffers
+            .iter()
+            .flatten()
+            .map(|s| s.class as usize)
+            .collect();
+        let valid = cx.model.valid();
+        let n = valid.num_blocks().saturating_sub(1);
+        let inner = cx.device.clone().inner();
+        let ctx = ForwardCtx::default();
+        let (mut features, mut d) = (Vec::new(), 0);
+        for chunk in refs.chunks(500) {
+            let b = cx.stream.batch(chunk, Part::Train, cx.task.index, &inner);
+            let f = valid
+                .forward_range(0..n, Activation::Flat(b.x), &ctx)
+                .into_flat();
+            d = f.dims()[1];
+            features.extend(
+                f.into_data()
+                    .convert::<f32>()
+                    .try_to_vec::<f32>()
+                    .map_err(|e| Error::Strategy {
+                        strategy: "replay".into(),
+                        message: format!("features: {e:?}"),
+                    })?,
+            );
+        }
+        Ok(crate::ncm::class_means(
+            &features,
+            d,
+            &labels,
+            cx.stream.num_classes,
+        ))
     }
 }
 

@@ -68,6 +68,7 @@ pub fn plain_step(req: StepRequest<'_>) -> Result<StepOutcome> {
     let ctx = engram_core::model::ForwardCtx {
         task: req.batch.refs.first().map(|r| r.task as usize),
         replay: false,
+        evaluation: false,
     };
     let n = req.model.num_blocks();
     // Mixed precision: parameters and input in the compute dtype, logits back to f32 for the loss.

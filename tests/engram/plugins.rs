@@ -470,18 +470,13 @@ fn moe_plugin_grows_an_expert_per_task_and_resumes_exactly() {
     )
     .unwrap();
     let full = d.path().join("full");
-    let (code, msg) = output(
-        engram()
-            .args([
-                "run",
-                cfg.to_str().unwrap(),
-                "--out",
-                full.to_str().unwrap(),
-                "-q",
-            ])
-            .output()
-            .unwrap(),
-    );
+    let (code, msg) = crate::util::run(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--out",
+        full.to_str().unwrap(),
+        "-q",
+    ]);
     assert_eq!(code, 0, "{msg}");
     let report = |dir: &Path| -> serde_json::Value {
         let mut r: serde_json::Value =

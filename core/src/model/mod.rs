@@ -126,6 +126,10 @@ pub struct ForwardCtx {
     /// in backward): blocks must compute exactly as before but not update state again (batch
     /// norm's running statistics, see [`cnn::batch_norm`]).
     pub replay: bool,
+    /// This forward is the trainer's evaluation (a row of the accuracy matrix, `engram eval`),
+    /// on the inference copy of the model. A block may classify differently there (replay's
+    /// nearest-class-mean head does).
+    pub evaluation: bool,
 }
 
 /// A Burn module that can be one stage of an engram [`Model`].

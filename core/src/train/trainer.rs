@@ -287,6 +287,7 @@ pub fn evaluate_task(
     let ctx = ForwardCtx {
         task: (stream.scenario == Scenario::TaskIncremental).then_some(t),
         replay: false,
+        evaluation: true,
     };
     let mut correct = 0i64;
     let refs: Vec<SampleRef> = rows

@@ -413,6 +413,7 @@ mod tests {
             &ForwardCtx {
                 task: Some(1),
                 replay: false,
+                evaluation: false,
             },
         )
         .into_flat();
