@@ -56,7 +56,8 @@ enum Command {
         #[arg(long)]
         safetensors: PathBuf,
     },
-    /// Continue a killed or interrupted run from its newest valid checkpoint.
+    /// Continue a killed or interrupted run from its newest valid checkpoint (a `--seeds`
+    /// directory: every unfinished seed, then the aggregate).
     Resume {
         /// The run's output directory.
         out: PathBuf,
@@ -275,14 +276,7 @@ fn dispatch(cli: &Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Resume { out } => {
-            let progress = !cli.quiet && std::io::stderr().is_terminal();
-            let report = trainer::resume(out, &registry, progress)?;
-            if !cli.quiet {
-                print!("{}", engram::summary::run_table(&report));
-            }
-            Ok(())
-        }
+        Command::Resume { out } => resume(cli, &registry, out),
         Command::Validate { config, sets } => {
             let cfg = LoadedConfig::load(config, sets)?;
             let p = trainer::prepare(cfg, &registry)?;
@@ -343,11 +337,27 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 },
         } => {
             use engram::bench::BenchModel;
+            for (flag, v) in [
+                ("--batch", *batch),
+                ("--depth", *depth),
+                ("--width", *width),
+            ] {
+                if v == Some(0) {
+                    return Err(Error::Usage(format!(
+                        "bench memory: {flag} must be at least 1"
+                    )));
+                }
+            }
+            if *steps == 0 {
+                return Err(Error::Usage(
+                    "bench memory: --steps must be at least 1".into(),
+                ));
+            }
             let amp = match dtype.as_str() {
                 "f16" => engram::strategies::amp::Precision::F16,
                 "bf16" => engram::strategies::amp::Precision::Bf16,
                 other => {
-                    return Err(Error::Data(format!(
+                    return Err(Error::Usage(format!(
                         "bench memory: unknown dtype `{other}` (available: f16, bf16)"
                     )));
                 }
@@ -368,7 +378,7 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     batch.unwrap_or(4096),
                 ),
                 other => {
-                    return Err(Error::Data(format!(
+                    return Err(Error::Usage(format!(
                         "bench memory: unknown model `{other}` (available: vit, mlp)"
                     )));
                 }
@@ -487,6 +497,25 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
     for d in &dirs {
         clear_previous_run(d, args.overwrite)?;
     }
+    if multi {
+        // Every seed's config is written before any trains, so that `engram resume OUT` can
+        // finish a killed multi-seed run, seeds not yet started included.
+        let plugins = first
+            .as_ref()
+            .map(|p| p.plugins.clone())
+            .unwrap_or_default();
+        for (cfg, dir) in configs.iter().zip(&dirs) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            engram::core::fsutil::write_atomic(&dir.join("config.toml"), cfg.source.as_bytes())?;
+            let origin = std::path::absolute(&cfg.file).unwrap_or_else(|_| cfg.file.clone());
+            let run = serde_json::json!({
+                "config": origin,
+                "engram": env!("CARGO_PKG_VERSION"),
+                "plugins": plugins,
+            });
+            engram::core::fsutil::write_atomic(&dir.join("run.json"), run.to_string().as_bytes())?;
+        }
+    }
     let progress = !cli.quiet && std::io::stderr().is_terminal();
     let mut reports = Vec::new();
     let mut failures: Vec<(u64, Error)> = Vec::new();
@@ -539,22 +568,92 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
         }
     }
     if multi {
-        let metrics: Vec<_> = reports.iter().map(|r| r.metrics.clone()).collect();
-        let agg = serde_json::json!({
-            "seeds": reports.iter().map(|r| r.seed).collect::<Vec<_>>(),
-            "metrics": engram::summary::aggregate(&metrics),
-            "runs": reports.iter().map(|r| format!("seed-{}", r.seed)).collect::<Vec<_>>(),
-            "failed": failures.iter().map(|(s, e)| serde_json::json!({"seed": s, "error": e.to_string()})).collect::<Vec<_>>(),
-        });
-        let bytes = serde_json::to_vec_pretty(&agg).map_err(|e| Error::Other(e.to_string()))?;
-        engram::core::fsutil::write_atomic(&out.join("aggregate.json"), &bytes)?;
-        println!("mean ± std over {} seeds:", reports.len());
-        print!("{}", engram::summary::aggregate_table(&agg["metrics"]));
+        write_aggregate(&out, &reports, &failures)?;
     } else if cli.quiet
         && let Some(r) = reports.first()
     {
         println!("ACC {:.4}", r.metrics.acc.unwrap_or(f64::NAN));
     }
+    match failures.into_iter().next() {
+        Some((seed, e)) => Err(Error::Other(format!(
+            "seed {seed} failed ({e}); the aggregate covers the other seeds and lists the failure"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Writes `out/aggregate.json` (mean ± std over `reports`, the failed seeds listed) and prints
+/// its table.
+fn write_aggregate(
+    out: &Path,
+    reports: &[engram::core::train::report::Report],
+    failures: &[(u64, Error)],
+) -> Result<()> {
+    let metrics: Vec<_> = reports.iter().map(|r| r.metrics.clone()).collect();
+    let agg = serde_json::json!({
+        "seeds": reports.iter().map(|r| r.seed).collect::<Vec<_>>(),
+        "metrics": engram::summary::aggregate(&metrics),
+        "runs": reports.iter().map(|r| format!("seed-{}", r.seed)).collect::<Vec<_>>(),
+        "failed": failures.iter().map(|(s, e)| serde_json::json!({"seed": s, "error": e.to_string()})).collect::<Vec<_>>(),
+    });
+    let bytes = serde_json::to_vec_pretty(&agg).map_err(|e| Error::Other(e.to_string()))?;
+    engram::core::fsutil::write_atomic(&out.join("aggregate.json"), &bytes)?;
+    let n = reports.len();
+    println!("mean ± std over {n} seed{}:", if n == 1 { "" } else { "s" });
+    print!("{}", engram::summary::aggregate_table(&agg["metrics"]));
+    Ok(())
+}
+
+/// The `seed-N` run directories of a multi-seed output directory, by seed.
+fn seed_dirs(out: &Path) -> Vec<(u64, PathBuf)> {
+    let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(out)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let seed = name.strip_prefix("seed-")?.parse().ok()?;
+                    e.path()
+                        .join("config.toml")
+                        .is_file()
+                        .then(|| (seed, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// `engram resume OUT`: one run, or every seed of a `--seeds` run (finished seeds are read,
+/// the others resumed or started), then the aggregate again.
+fn resume(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
+    let progress = !cli.quiet && std::io::stderr().is_terminal();
+    let seeds = seed_dirs(out);
+    if out.join("config.toml").is_file() || seeds.is_empty() {
+        let report = trainer::resume(out, registry, progress)?;
+        if !cli.quiet {
+            print!("{}", engram::summary::run_table(&report));
+        }
+        return Ok(());
+    }
+    let (mut reports, mut failures) = (Vec::new(), Vec::new());
+    for (seed, dir) in seeds {
+        let done = dir.join("report.json").is_file();
+        let r = if done {
+            engram::report::load_report(&dir)
+        } else {
+            trainer::resume(&dir, registry, progress)
+        };
+        match r {
+            Ok(r) => reports.push(r),
+            Err(e) if !matches!(e, Error::Interrupted(_)) => {
+                eprintln!("error: seed {seed}: {e}");
+                failures.push((seed, e));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    write_aggregate(out, &reports, &failures)?;
     match failures.into_iter().next() {
         Some((seed, e)) => Err(Error::Other(format!(
             "seed {seed} failed ({e}); the aggregate covers the other seeds and lists the failure"
@@ -650,6 +749,11 @@ fn list(registry: &Registry, json: bool) {
 }
 
 fn bench_throughput(json: Option<&Path>, python: &str, steps: usize, batch: usize) -> Result<()> {
+    if steps == 0 || batch == 0 {
+        return Err(Error::Usage(
+            "bench throughput: --steps and --batch must be at least 1".into(),
+        ));
+    }
     let device = engram::core::burn::tensor::Device::flex();
     let r = engram::bench::throughput(&device, batch, steps, 20)?;
     println!(

@@ -91,6 +91,13 @@ pub enum Error {
         #[source]
         source: IdxError,
     },
+    /// Bad command-line arguments that clap cannot check (for example `--batch 0`).
+    #[error("{0}")]
+    Usage(String),
+    /// No plan of the `budget` memory strategy fits its budget (the message names the smallest
+    /// footprint found and its plan).
+    #[error("memory budget: {0}")]
+    MemoryBudget(String),
     /// Bad data settings (for example more tasks than classes).
     #[error("data: {0}")]
     Data(String),
@@ -156,6 +163,8 @@ impl Error {
             | Error::DatasetMissing { .. }
             | Error::Idx { .. }
             | Error::Data(_)
+            | Error::Usage(_)
+            | Error::MemoryBudget(_)
             | Error::Device { .. }
             | Error::Checkpoint { .. } => 2,
             Error::Plugin(e) => match e {

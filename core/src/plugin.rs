@@ -166,7 +166,7 @@ pub struct DeclarationInfo {
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
     /// The file does not exist.
-    #[error("plugin {}: no such file\n  hint: build it with `cargo build --release` (plugins land in target/release/lib<name>.so); a path in a config file is relative to that file", path.display())]
+    #[error("plugin {}: no such file\n  hint: build it with `cargo build --release --workspace` (plugins land in target/release/lib<name>.so); a path in a config file is relative to that file; a run resumed after its plugin moved takes the library again with `--plugin PATH`", path.display())]
     Missing {
         /// The path as given.
         path: PathBuf,

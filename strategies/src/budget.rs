@@ -10,8 +10,9 @@
 //! An execution-layer strategy (it replaces `standard`/`checkpoint`, and composes with `amp`
 //! and `accumulate` above it). At its first step it runs **probe steps** on that step's batch,
 //! one per candidate, in order of expected speed, and keeps the first whose measured peak
-//! (bytes above the bytes in use before the step: the counting allocator on the CPU, the device
-//! pool on CubeCL devices) fits the budget:
+//! (bytes above the bytes in use before the step — so the budget bounds what a step adds, its
+//! activations and gradients, not the process's total: the counting allocator on the CPU, the
+//! device pool on CubeCL devices) fits the budget:
 //!
 //! 1. micro-batches `m = 1, 2, 4, …` (gradient accumulation over `m` slices of the batch, exact:
 //!    the effective batch is unchanged), and for each
@@ -40,7 +41,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BudgetParams {
-    /// Peak bytes a training step may add: a number of bytes, or a number with a unit
+    /// Peak bytes a training step may add above the bytes in use before it (parameters,
+    /// optimiser state and the data set are not counted: it bounds the step's activations and
+    /// gradients, the part checkpointing and micro-batches change), as a number of bytes or a
+    /// number with a unit
     /// (`B`, `KiB`, `MiB`, `GiB`, `KB`, `MB`, `GB`), e.g. `"1.5 GiB"`.
     pub budget: String,
 }
@@ -219,16 +223,13 @@ impl MemoryStrategy for Budget {
                 },
                 0,
             ));
-        Err(Error::Strategy {
-            strategy: "budget".into(),
-            message: format!(
-                "no plan fits the memory budget of {} bytes ({:.1} MiB): the smallest footprint found is {} bytes ({:.1} MiB), with {best}; raise the budget, lower batch_size or use a smaller model",
-                self.budget,
-                self.budget as f64 / 1048576.0,
-                smallest,
-                smallest as f64 / 1048576.0
-            ),
-        })
+        Err(Error::MemoryBudget(format!(
+            "no plan fits the budget of {} bytes ({:.1} MiB) that a training step may add: the smallest footprint found is {} bytes ({:.1} MiB), with {best}\n  hint: raise `budget`, lower `batch_size` or use a smaller model (then run with --overwrite: the failed run's directory is kept)",
+            self.budget,
+            self.budget as f64 / 1048576.0,
+            smallest,
+            smallest as f64 / 1048576.0
+        )))
     }
 
     fn state(&self) -> Result<StrategyState> {

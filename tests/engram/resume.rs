@@ -162,3 +162,50 @@ fn eval_and_export_read_checkpoints() {
     assert_eq!(code, 2, "{msg}");
     assert!(msg.contains("no checkpoint here"), "{msg}");
 }
+
+/// A `--seeds` run killed during its first seed resumes as a whole: `engram resume OUT`
+/// finishes that seed from its checkpoint, runs the seed never started, and writes the same
+/// aggregate as an uninterrupted run.
+#[test]
+fn a_killed_multi_seed_run_resumes_every_seed() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "m.toml", "checkpoint_every = 5\n");
+    let full = d.path().join("full");
+    let (code, msg) = run(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--seeds",
+        "0,1",
+        "--out",
+        full.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    let cut = d.path().join("cut");
+    let mut c = engram();
+    c.args([
+        "run",
+        cfg.to_str().unwrap(),
+        "--seeds",
+        "0,1",
+        "--out",
+        cut.to_str().unwrap(),
+        "-q",
+    ]);
+    let (code, msg) = output(c.env("ENGRAM_FAILPOINT", "step-12").output().unwrap());
+    assert_ne!(code, 0, "{msg}");
+    assert!(
+        !cut.join("seed-1/checkpoints").exists(),
+        "seed 1 never started"
+    );
+    let (code, msg) = run(&["resume", cut.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    let agg = |dir: &Path| -> Value {
+        serde_json::from_slice(&std::fs::read(dir.join("aggregate.json")).unwrap()).unwrap()
+    };
+    assert_eq!(agg(&cut)["seeds"], serde_json::json!([0, 1]));
+    assert_eq!(agg(&cut)["metrics"], agg(&full)["metrics"]);
+    for s in ["seed-0", "seed-1"] {
+        assert_eq!(stable(&cut.join(s)), stable(&full.join(s)), "{s}");
+    }
+}

@@ -1018,6 +1018,12 @@ pub fn find_checkpoint(path: &Path) -> Result<(PathBuf, PathBuf, Checkpoint)> {
             .and_then(Path::parent)
             .map(Path::to_path_buf)
             .unwrap_or_default();
+        if !out.join("config.toml").is_file() {
+            return Err(Error::Checkpoint {
+                path: path.to_path_buf(),
+                message: "a checkpoint outside its run directory: its stream and model are rebuilt from the run's config.toml (OUT/config.toml for OUT/checkpoints/step-N)".into(),
+            });
+        }
         return Ok((out, path.to_path_buf(), ck));
     }
     match checkpoint::load_latest(path) {
@@ -1130,7 +1136,8 @@ pub fn resume(out: &Path, registry: &Registry, progress: bool) -> Result<Report>
 }
 
 /// `registry` plus the plugins recorded in `out/run.json`, each checked to be the very file
-/// the run started with (SHA-256).
+/// the run started with (SHA-256). A recorded plugin whose file moved is found when the same
+/// library (same SHA-256) is already in `registry` (given with `--plugin`).
 ///
 /// # Errors
 /// [`crate::plugin::PluginError::Changed`] for a library that changed,
@@ -1145,6 +1152,10 @@ pub fn with_recorded_plugins(out: &Path, registry: &Registry) -> Result<Registry
         .and_then(|v| serde_json::from_value(v.get("plugins")?.clone()).ok())
         .unwrap_or_default();
     for info in recorded {
+        // The same library given again (`--plugin`, perhaps from another path) is enough.
+        if registry.plugins().iter().any(|p| p.sha256 == info.sha256) {
+            continue;
+        }
         let found = crate::plugin::file_sha256(&info.path)?;
         if found != info.sha256 {
             return Err(crate::plugin::PluginError::Changed {
