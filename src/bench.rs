@@ -191,7 +191,9 @@ pub enum BenchModel {
 }
 
 /// Peak memory and step time of `standard`, `checkpoint` (segments of about √blocks), `amp`
-/// (compute in `amp`, dynamic loss scaling) and `checkpoint+amp` on `model` at batch `batch`
+/// (compute in `amp`, dynamic loss scaling), `checkpoint+amp`, and Burn's op-level
+/// checkpointing alone (`op-level`) and with segments (`checkpoint+op-level`) on `model` at batch
+/// `batch`
 /// with synthetic 28×28 input, measured in one process with the counting allocator (CPU); ratios
 /// to `standard`. Each row: 2 warm-up steps, then `steps` measured. Two more rows
 /// compare a forward pass with its autodiff graph (`forward_tracked`) and evaluation on the
@@ -209,15 +211,16 @@ pub fn memory(
     let ad = device.clone().autodiff();
     let mut r = rng::stream(0, "bench-memory", 0, 0);
     ad.seed(1);
-    let model = match *model {
+    let shape = model.clone();
+    let build = |r: &mut rng::Rng, ad: &Device| match shape {
         BenchModel::Mlp { depth, width } => build_mlp(
             784,
             &vec![width; depth],
             10,
             ActivationKind::Relu,
             0.0,
-            &mut r,
-            &ad,
+            r,
+            ad,
         ),
         BenchModel::Vit { depth, width } => engram_core::model::vit::build_vit(
             &engram_core::model::vit::VitShape {
@@ -230,10 +233,12 @@ pub fn memory(
                 dropout: 0.1,
             },
             10,
-            &mut r,
-            &ad,
+            r,
+            ad,
         ),
     };
+    let r_op = r.clone();
+    let model = build(&mut r, &ad);
     let xs: Vec<f32> = (0..batch * 784)
         .map(|_| r.random_range(-1.0..1.0))
         .collect();
@@ -244,9 +249,9 @@ pub fn memory(
             index: i as u32,
         })
         .collect();
-    let make = || Batch {
-        x: Tensor::from_data(TensorData::new(xs.clone(), [batch, 784]), &ad),
-        y: Tensor::<1, Int>::from_data(TensorData::new(ys.clone(), [batch]), &ad),
+    let make = |ad: &Device| Batch {
+        x: Tensor::from_data(TensorData::new(xs.clone(), [batch, 784]), ad),
+        y: Tensor::<1, Int>::from_data(TensorData::new(ys.clone(), [batch]), ad),
         weights: None,
         logit_mask: None,
         refs: refs.clone(),
@@ -276,7 +281,7 @@ pub fn memory(
         rows.push(measure(name, 2, steps, |s| {
             let out = Next::new(&mut chain).run(StepRequest {
                 model: &model,
-                batch: make(),
+                batch: make(&ad),
                 loss: &BenchLoss,
                 loss_scale: 1.0,
                 compute_dtype: None,
@@ -286,6 +291,32 @@ pub fn memory(
             Ok(())
         })?);
     }
+    // Burn's op-level checkpointing: a property of the autodiff device (the same model and
+    // weights, built on a device with the Balanced strategy).
+    let bal = ad.clone().gradient_checkpointing();
+    bal.seed(1);
+    let op_model = build(&mut r_op.clone(), &bal);
+    debug_assert_eq!(op_model.numel(), model.numel());
+    for name in ["op-level", "checkpoint+op-level"] {
+        let mut chain: Vec<Box<dyn MemoryStrategy>> = vec![if name.starts_with("checkpoint") {
+            Box::new(engram_strategies::checkpoint::Checkpoint::new(interval))
+        } else {
+            Box::new(engram_strategies::standard::Standard)
+        }];
+        rows.push(measure(name, 2, steps, |s| {
+            let out = Next::new(&mut chain).run(StepRequest {
+                model: &op_model,
+                batch: make(&bal),
+                loss: &BenchLoss,
+                loss_scale: 1.0,
+                compute_dtype: None,
+                rng_seed: s as u64,
+            })?;
+            drop(out);
+            Ok(())
+        })?);
+    }
+    drop(op_model);
     // Evaluation: a forward pass on the inference copy (no autodiff graph) against the same
     // forward with a graph kept alive (what evaluating on the training model would hold).
     use engram_core::burn::module::Module as _;
@@ -304,7 +335,7 @@ pub fn memory(
             Ok(())
         })?);
     }
-    relative_to(&mut rows[..4]);
-    relative_to(&mut rows[4..]);
+    relative_to(&mut rows[..6]);
+    relative_to(&mut rows[6..]);
     Ok(rows)
 }

@@ -393,7 +393,7 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 "training step", "peak MiB", "step ms", "peak ×", "time ×"
             );
             for (i, r) in rows.iter().enumerate() {
-                if i == 4 {
+                if i == 6 {
                     println!("forward pass (ratios to forward_tracked):");
                 }
                 println!(

@@ -800,6 +800,11 @@ impl<T: MemoryStrategy + ?Sized> MemoryStrategy for Guarded<T> {
     fn report(&self) -> Option<serde_json::Value> {
         guard_or_fault(&self.lib, &self.name, "report", || self.inner.report())
     }
+    fn op_level_checkpointing(&self) -> bool {
+        guard_or_fault(&self.lib, &self.name, "op_level_checkpointing", || {
+            self.inner.op_level_checkpointing()
+        })
+    }
     fn state(&self) -> crate::Result<StrategyState> {
         guard(&self.lib, &self.name, "state", || self.inner.state())?
     }

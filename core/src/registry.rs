@@ -284,7 +284,8 @@ impl Registry {
                 None => String::new(),
             };
             hint.push_str(&format!(
-                "registered {kind} strategies: {}",
+                "registered {kind} strategies: {}; a plugin's strategies need its library \
+                 (`plugins = [\"lib.so\"]` or `--plugin PATH`)",
                 names.join(", ")
             ));
             Error::Config {

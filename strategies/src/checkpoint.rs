@@ -40,6 +40,10 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CheckpointParams {
+    /// Also enable Burn's op-level checkpointing (the `Balanced` strategy of burn-autodiff: cheap
+    /// operations are recomputed in backward instead of kept) on the run's autodiff device.
+    /// Default false.
+    pub op_level: bool,
     /// Blocks per segment. Default 0: by model kind — `cnn`: 2 (each conv block pools its
     /// output to a quarter, so the first blocks' activations dominate and short segments keep
     /// few of them alive; the seed's range 2–4), `vit`: 3 (equal-size encoder blocks: for the
@@ -52,12 +56,16 @@ pub struct CheckpointParams {
 #[derive(Debug)]
 pub struct Checkpoint {
     interval: usize,
+    op_level: bool,
 }
 
 impl Checkpoint {
     /// An executor with `interval` blocks per segment (0: about √blocks).
     pub fn new(interval: usize) -> Self {
-        Self { interval }
+        Self {
+            interval,
+            op_level: false,
+        }
     }
 
     /// The segments of a model with `blocks` blocks, as ranges.
@@ -169,6 +177,9 @@ impl MemoryStrategy for Checkpoint {
     fn layer(&self) -> MemoryLayer {
         MemoryLayer::Execution
     }
+    fn op_level_checkpointing(&self) -> bool {
+        self.op_level
+    }
     fn step(&mut self, req: StepRequest<'_>, _next: Next<'_>) -> Result<StepOutcome> {
         let segments = self.segments(req.model.num_blocks());
         checkpointed_step(req, &segments)
@@ -177,10 +188,10 @@ impl MemoryStrategy for Checkpoint {
 
 fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>> {
     let p: CheckpointParams = src.parse()?;
-    Ok(Box::new(Checkpoint::new(default_interval(
-        p.interval,
-        &cx.model_kind,
-    ))))
+    Ok(Box::new(Checkpoint {
+        interval: default_interval(p.interval, &cx.model_kind),
+        op_level: p.op_level,
+    }))
 }
 
 /// The segment length for `interval` (0: the default for `model_kind`, see
@@ -477,5 +488,69 @@ mod cnn_tests {
         assert_eq!(default_interval(0, "vit"), 3);
         assert_eq!(default_interval(0, "mlp"), 0);
         assert_eq!(default_interval(5, "cnn"), 5);
+    }
+}
+
+#[cfg(test)]
+mod op_level_tests {
+    use super::*;
+    use engram_core::burn::tensor::{Device, Int, TensorData};
+    use engram_core::data::stream::{Batch, SampleRef};
+    use engram_core::model::mlp::{ActivationKind, build_mlp};
+
+    const CE: crate::test_util::CeL2 = crate::test_util::CeL2(1e-3);
+
+    /// On a device with Burn's op-level (Balanced) checkpointing, plain and segment-checkpointed
+    /// steps give the default device's gradients: the strategies compose, and nothing mixes
+    /// checkpointing strategies (which would panic).
+    #[test]
+    fn op_level_checkpointing_keeps_the_gradients() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let run = |d: &Device, segmented: bool| -> Vec<Vec<f32>> {
+            let mut r = engram_core::rng::stream(9, "init", 0, 0);
+            let m = build_mlp(12, &[16, 16, 16], 4, ActivationKind::Gelu, 0.0, &mut r, d);
+            let x: Vec<f32> = (0..8 * 12)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
+                .collect();
+            let b = Batch {
+                x: Tensor::from_data(TensorData::new(x, [8, 12]), d),
+                y: Tensor::<1, Int>::from_data(
+                    TensorData::new((0..8).map(|i| i % 4).collect::<Vec<i64>>(), [8]),
+                    d,
+                ),
+                weights: None,
+                logit_mask: None,
+                refs: (0..8).map(|i| SampleRef { task: 0, index: i }).collect(),
+                new_samples: 8,
+            };
+            let req = StepRequest {
+                model: &m,
+                batch: b,
+                loss: &CE,
+                loss_scale: 1.0,
+                compute_dtype: None,
+                rng_seed: 3,
+            };
+            let out = if segmented {
+                checkpointed_step(req, &Checkpoint::new(2).segments(m.num_blocks())).unwrap()
+            } else {
+                crate::standard::plain_step(req).unwrap()
+            };
+            m.flat_grads(&out.grads)
+                .into_iter()
+                .map(|(_, g)| g.into_data().try_to_vec::<f32>().unwrap())
+                .collect()
+        };
+        let plain = Device::flex().autodiff();
+        let balanced = Device::flex().autodiff().gradient_checkpointing();
+        let want = run(&plain, false);
+        for segmented in [false, true] {
+            let got = run(&balanced, segmented);
+            let err = super::tests::max_rel_err(&got, &want);
+            assert!(
+                err <= 1e-5,
+                "segmented {segmented}: max relative error {err}"
+            );
+        }
     }
 }

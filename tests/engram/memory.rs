@@ -36,6 +36,10 @@ fn vit_with_amp_ends_within_one_point_of_f32() {
         ("f16", "[[memory]]\ntype = \"amp\"\ndtype = \"f16\"\n"),
         ("bf16", "[[memory]]\ntype = \"amp\"\ndtype = \"bf16\"\n"),
         (
+            "op-level-bf16",
+            "[[memory]]\ntype = \"amp\"\ndtype = \"bf16\"\n[[memory]]\ntype = \"checkpoint\"\nop_level = true\n",
+        ),
+        (
             "checkpoint-f16",
             "[[memory]]\ntype = \"amp\"\ndtype = \"f16\"\n[[memory]]\ntype = \"checkpoint\"\ninterval = 2\n",
         ),

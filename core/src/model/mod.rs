@@ -94,9 +94,12 @@ impl Activation {
     /// When the two activations are of different variants or shapes (a bug in the caller).
     pub fn dot(self, upstream: Activation) -> Tensor<1> {
         let up = |u: Activation| match u {
-            Activation::Flat(t) => t.autodiff().detach().flatten::<1>(0, 1),
-            Activation::Seq(t) => t.autodiff().detach().flatten::<1>(0, 2),
-            Activation::Image(t) => t.autodiff().detach().flatten::<1>(0, 3),
+            // A constant: an untracked tensor joins any autodiff context (lifting it with
+            // `autodiff()` would give it the default checkpointing strategy, which panics
+            // against a device with op-level checkpointing).
+            Activation::Flat(t) => t.detach().flatten::<1>(0, 1),
+            Activation::Seq(t) => t.detach().flatten::<1>(0, 2),
+            Activation::Image(t) => t.detach().flatten::<1>(0, 3),
         };
         let mine = match self {
             Activation::Flat(t) => t.flatten::<1>(0, 1),

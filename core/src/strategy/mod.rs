@@ -347,6 +347,15 @@ pub trait MemoryStrategy: Send {
     /// Runs one step, calling `next` zero or more times (an execution strategy never does).
     fn step(&mut self, req: StepRequest<'_>, next: Next<'_>) -> Result<StepOutcome>;
 
+    /// Whether the run's autodiff device should use Burn's op-level checkpointing
+    /// (`Device::gradient_checkpointing`, the `Balanced` strategy: Burn recomputes cheap
+    /// operations in backward instead of keeping their outputs). It is a property of the device,
+    /// because every tensor of one graph must share a checkpointing strategy, so the trainer
+    /// builds its device from this answer. Default `false`.
+    fn op_level_checkpointing(&self) -> bool {
+        false
+    }
+
     /// What the strategy decided or measured, for `report.json` (`memory.strategies.<name>`):
     /// for example the plan a memory budget chose, or AMP's final loss scale. Default: nothing.
     fn report(&self) -> Option<serde_json::Value> {

@@ -494,6 +494,11 @@ fn run_inner(
 
     let inner = p.device.clone();
     let ad = inner.clone().autodiff();
+    let ad = if p.memory.iter().any(|m| m.op_level_checkpointing()) {
+        ad.gradient_checkpointing()
+    } else {
+        ad
+    };
     ad.seed(rng::derive_seed(seed, "burn-init", 0, 0));
     let model = build_model(&p.cfg, &p.stream, &ad);
     let optim = build_optimizer(&p.cfg);
