@@ -389,7 +389,7 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 "{m:?}, batch {batch}, CPU heap (counting allocator); peak = bytes above the step's start"
             );
             println!(
-                "{:<16} {:>12} {:>10} {:>8} {:>8}",
+                "{:<20} {:>12} {:>10} {:>8} {:>8}",
                 "training step", "peak MiB", "step ms", "peak ×", "time ×"
             );
             for (i, r) in rows.iter().enumerate() {
@@ -397,7 +397,7 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     println!("forward pass (ratios to forward_tracked):");
                 }
                 println!(
-                    "{:<16} {:>12.1} {:>10.1} {:>8.2} {:>8.2}",
+                    "{:<20} {:>12.1} {:>10.1} {:>8.2} {:>8.2}",
                     r.name,
                     r.peak_bytes as f64 / 1048576.0,
                     r.step_seconds * 1e3,
@@ -545,10 +545,12 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
             }
         }
         if !cli.quiet {
+            let n = p.stream.len();
             eprintln!(
-                "engram: {} ({} tasks, seed {seed}) -> {}",
+                "engram: {} ({n} task{}, seed {seed}, data from {}) -> {}",
                 args.config.display(),
-                p.stream.len(),
+                if n == 1 { "" } else { "s" },
+                p.stream.dataset.dir.display(),
                 dir.display()
             );
         }
