@@ -262,7 +262,24 @@ pub fn memory(
     let mut rows = Vec::new();
     use engram_core::strategy::{MemoryStrategy, Next};
     use engram_strategies::amp::{Amp, AmpParams};
-    for name in ["standard", "checkpoint", "amp", "checkpoint+amp"] {
+    // Burn's op-level checkpointing is a property of the autodiff device: its rows use the same
+    // model and weights built on a device with the Balanced strategy.
+    let bal = ad.clone().gradient_checkpointing();
+    bal.seed(1);
+    let op_model = build(&mut r_op.clone(), &bal);
+    for name in [
+        "standard",
+        "checkpoint",
+        "amp",
+        "checkpoint+amp",
+        "op-level",
+        "checkpoint+op-level",
+    ] {
+        let (m, dev) = if name.ends_with("op-level") {
+            (&op_model, &bal)
+        } else {
+            (&model, &ad)
+        };
         // The real chains, as a run builds them (accumulation → precision → execution).
         let mut chain: Vec<Box<dyn MemoryStrategy>> = Vec::new();
         if name.ends_with("amp") {
@@ -280,33 +297,8 @@ pub fn memory(
         }
         rows.push(measure(name, 2, steps, |s| {
             let out = Next::new(&mut chain).run(StepRequest {
-                model: &model,
-                batch: make(&ad),
-                loss: &BenchLoss,
-                loss_scale: 1.0,
-                compute_dtype: None,
-                rng_seed: s as u64,
-            })?;
-            drop(out);
-            Ok(())
-        })?);
-    }
-    // Burn's op-level checkpointing: a property of the autodiff device (the same model and
-    // weights, built on a device with the Balanced strategy).
-    let bal = ad.clone().gradient_checkpointing();
-    bal.seed(1);
-    let op_model = build(&mut r_op.clone(), &bal);
-    debug_assert_eq!(op_model.numel(), model.numel());
-    for name in ["op-level", "checkpoint+op-level"] {
-        let mut chain: Vec<Box<dyn MemoryStrategy>> = vec![if name.starts_with("checkpoint") {
-            Box::new(engram_strategies::checkpoint::Checkpoint::new(interval))
-        } else {
-            Box::new(engram_strategies::standard::Standard)
-        }];
-        rows.push(measure(name, 2, steps, |s| {
-            let out = Next::new(&mut chain).run(StepRequest {
-                model: &op_model,
-                batch: make(&bal),
+                model: m,
+                batch: make(dev),
                 loss: &BenchLoss,
                 loss_scale: 1.0,
                 compute_dtype: None,

@@ -22,7 +22,7 @@
 //! kernels compute through `f32`: `engram bench memory` reports what that gives.
 
 use engram_core::burn::optim::GradientsParams;
-use engram_core::burn::tensor::DType;
+use engram_core::burn::tensor::{DType, Tensor};
 use engram_core::config::ParamSource;
 use engram_core::model::unflatten_grads;
 use engram_core::registry::BuildContext;
@@ -155,17 +155,22 @@ impl MemoryStrategy for Amp {
         req.loss_scale = scale;
         let model = req.model;
         let out = next.run(req)?;
-        // Unscale, and look for inf/NaN in one pass over every gradient.
-        let flat = model.flat_grads(&out.grads);
-        let mut finite = out.loss.is_finite();
-        let mut unscaled = Vec::with_capacity(flat.len());
-        for (info, g) in flat {
+        // Unscale, and look for inf/NaN with one read back to the host: the sum of every
+        // gradient's sum is finite exactly when no element is inf or NaN (short of a sum above
+        // f32's range, which is treated as an overflow too).
+        let mut total: Option<Tensor<1>> = None;
+        let mut unscaled = Vec::new();
+        for (info, g) in model.flat_grads(&out.grads) {
             let g = g.inner().div_scalar(scale);
-            if finite {
-                finite = g.clone().is_finite().all().into_scalar::<bool>();
-            }
+            let sum = g.clone().sum();
+            total = Some(match total {
+                Some(t) => t + sum,
+                None => sum,
+            });
             unscaled.push((info.id, g));
         }
+        let finite =
+            out.loss.is_finite() && total.is_none_or(|t| t.into_scalar::<f32>().is_finite());
         let skipped = self.scaler.update(finite);
         if !finite && !self.scaler.p.loss_scaling {
             return Err(Error::Strategy {

@@ -2,7 +2,7 @@
 //! ends within one point of its f32 accuracy on a Split-FMNIST slice, and the example that
 //! combines checkpointing, AMP, EWC and replay validates.
 
-use crate::util::{fmnist_dir, run};
+use crate::util::{fmnist_dir, run, run_quiet};
 use std::path::Path;
 
 fn vit_config(dir: &Path, name: &str, memory: &str) -> std::path::PathBuf {
@@ -46,13 +46,7 @@ fn vit_with_amp_ends_within_one_point_of_f32() {
     ] {
         let cfg = vit_config(d.path(), &format!("{name}.toml"), memory);
         let out = d.path().join(name);
-        let (code, msg) = run(&[
-            "run",
-            cfg.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "-q",
-        ]);
+        let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
         assert_eq!(code, 0, "{name}: {msg}");
         accs.push((name, acc(&out)));
     }
@@ -87,13 +81,7 @@ fn a_memory_budget_picks_a_smaller_footprint_or_says_what_is_possible() {
     let budget = |b: &str| format!("[[memory]]\ntype = \"budget\"\nbudget = \"{b}\"\n");
     let cfg = vit_config(d.path(), "roomy.toml", &budget("100 GiB"));
     let roomy = d.path().join("roomy");
-    let (code, msg) = run(&[
-        "run",
-        cfg.to_str().unwrap(),
-        "--out",
-        roomy.to_str().unwrap(),
-        "-q",
-    ]);
+    let (code, msg) = run_quiet(&cfg, &roomy, &[], &[]);
     assert_eq!(code, 0, "{msg}");
     let r = report(&roomy);
     let b = &r["memory"]["strategies"]["budget"];
@@ -108,13 +96,7 @@ fn a_memory_budget_picks_a_smaller_footprint_or_says_what_is_possible() {
     let tight = plain * 6 / 10;
     let cfg = vit_config(d.path(), "tight.toml", &budget(&tight.to_string()));
     let out = d.path().join("tight");
-    let (code, msg) = run(&[
-        "run",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "-q",
-    ]);
+    let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
     assert_eq!(code, 0, "{msg}");
     let t = report(&out);
     let b = &t["memory"]["strategies"]["budget"];
@@ -135,13 +117,7 @@ fn a_memory_budget_picks_a_smaller_footprint_or_says_what_is_possible() {
     assert!((a0 - a1).abs() <= 0.02, "ACC {a0} vs {a1}");
 
     let cfg = vit_config(d.path(), "tiny.toml", &budget("1 KiB"));
-    let (code, msg) = run(&[
-        "run",
-        cfg.to_str().unwrap(),
-        "--out",
-        d.path().join("tiny").to_str().unwrap(),
-        "-q",
-    ]);
+    let (code, msg) = run_quiet(&cfg, &d.path().join("tiny"), &[], &[]);
     assert_eq!(code, 2, "bad input: {msg}");
     assert!(
         msg.contains("no plan fits the budget of 1024 bytes"),
@@ -174,13 +150,7 @@ fn a_checkpointed_cnn_run_equals_the_plain_run() {
         let cfg = d.path().join(format!("{name}.toml"));
         std::fs::write(&cfg, text).unwrap();
         let out = d.path().join(name);
-        let (code, msg) = run(&[
-            "run",
-            cfg.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "-q",
-        ]);
+        let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
         assert_eq!(code, 0, "{name}: {msg}");
         accs.push(report(&out)["accuracy_matrix"].clone());
     }

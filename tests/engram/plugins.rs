@@ -6,7 +6,7 @@
 //! The libraries are built by `cargo build --release --workspace` (the README's test command
 //! runs it first); these tests never start a nested cargo build.
 
-use crate::util::{engram, fmnist_dir, output, small_config};
+use crate::util::{engram, fmnist_dir, output, run_quiet, small_config};
 use engram::core::Error;
 use engram::core::burn::optim::GradientsParams;
 use engram::core::burn::tensor::{Tensor, TensorData};
@@ -363,17 +363,7 @@ fn a_plugin_that_panics_mid_training_stops_the_run_with_a_typed_error_and_keeps_
             ),
         );
         let out = d.path().join(method);
-        let mut c = engram();
-        c.args([
-            "run",
-            cfg.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "-q",
-            "--plugin",
-            fixture.to_str().unwrap(),
-        ]);
-        let (code, msg) = output(c.output().unwrap());
+        let (code, msg) = run_quiet(&cfg, &out, &["--plugin", fixture.to_str().unwrap()], &[]);
         assert!(code != 0 && code < 100, "code {code}: {msg}");
         assert!(
             msg.contains(&format!(
@@ -411,17 +401,12 @@ fn resume_reloads_the_recorded_plugins_and_refuses_a_changed_one() {
         "checkpoint_every = 5\n[[forgetting]]\ntype = \"si\"\n",
     );
     let out = d.path().join("out");
-    let mut c = engram();
-    c.args([
-        "run",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "-q",
-    ])
-    .args(["--plugin", lib.to_str().unwrap()])
-    .env("ENGRAM_FAILPOINT", "step-12");
-    let (code, msg) = output(c.output().unwrap());
+    let (code, msg) = run_quiet(
+        &cfg,
+        &out,
+        &["--plugin", lib.to_str().unwrap()],
+        &[("ENGRAM_FAILPOINT", "step-12")],
+    );
     assert_ne!(code, 0, "{msg}");
     let (code, msg) = output(
         engram()
@@ -470,13 +455,7 @@ fn moe_plugin_grows_an_expert_per_task_and_resumes_exactly() {
     )
     .unwrap();
     let full = d.path().join("full");
-    let (code, msg) = crate::util::run(&[
-        "run",
-        cfg.to_str().unwrap(),
-        "--out",
-        full.to_str().unwrap(),
-        "-q",
-    ]);
+    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
     assert_eq!(code, 0, "{msg}");
     let report = |dir: &Path| -> serde_json::Value {
         let mut r: serde_json::Value =
@@ -502,26 +481,9 @@ fn moe_plugin_grows_an_expert_per_task_and_resumes_exactly() {
     assert!(after > 0.3, "task 0 after task 1: {after}");
 
     let cut = d.path().join("cut");
-    let (code, msg) = output(
-        engram()
-            .args([
-                "run",
-                cfg.to_str().unwrap(),
-                "--out",
-                cut.to_str().unwrap(),
-                "-q",
-            ])
-            .env("ENGRAM_FAILPOINT", "step-22")
-            .output()
-            .unwrap(),
-    );
+    let (code, msg) = run_quiet(&cfg, &cut, &[], &[("ENGRAM_FAILPOINT", "step-22")]);
     assert_ne!(code, 0, "{msg}");
-    let (code, msg) = output(
-        engram()
-            .args(["resume", cut.to_str().unwrap(), "-q"])
-            .output()
-            .unwrap(),
-    );
+    let (code, msg) = crate::util::run(&["resume", cut.to_str().unwrap(), "-q"]);
     assert_eq!(code, 0, "{msg}");
     let (mut a, mut b) = (report(&full), report(&cut));
     for v in [&mut a, &mut b] {

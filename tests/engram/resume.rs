@@ -2,7 +2,7 @@
 //! the `ENGRAM_FAILPOINT` variable (mid-task, mid-checkpoint-write), a corrupted checkpoint
 //! falls back to the previous one, and the final report equals an uninterrupted run's.
 
-use crate::util::{engram, output, run, small_config};
+use crate::util::{engram, output, run, run_quiet, small_config};
 use serde_json::Value;
 use std::path::Path;
 
@@ -19,18 +19,11 @@ const EXTRA: &str = "checkpoint_every = 5\n[[forgetting]]\ntype = \"replay\"\nca
                      priority = true\ndistill = 0.5\nclassifier = \"ncm\"\n[[forgetting]]\ntype = \"ewc\"\nlambda = 50.0\nfisher_samples = 100\n";
 
 fn run_failing(cfg: &Path, out: &Path, failpoint: &str, resume: bool) -> (i32, String) {
-    let mut c = engram();
-    if resume {
-        c.args(["resume", out.to_str().unwrap(), "-q"]);
-    } else {
-        c.args([
-            "run",
-            cfg.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "-q",
-        ]);
+    if !resume {
+        return run_quiet(cfg, out, &[], &[("ENGRAM_FAILPOINT", failpoint)]);
     }
+    let mut c = engram();
+    c.args(["resume", out.to_str().unwrap(), "-q"]);
     output(c.env("ENGRAM_FAILPOINT", failpoint).output().unwrap())
 }
 
@@ -39,13 +32,7 @@ fn killed_mid_task_and_mid_checkpoint_resumes_to_the_same_report() {
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "r.toml", EXTRA);
     let full = d.path().join("full");
-    let (code, msg) = run(&[
-        "run",
-        cfg.to_str().unwrap(),
-        "--out",
-        full.to_str().unwrap(),
-        "-q",
-    ]);
+    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
     assert_eq!(code, 0, "{msg}");
 
     let cut = d.path().join("cut");
@@ -76,13 +63,7 @@ fn a_corrupted_checkpoint_falls_back_to_the_previous_one() {
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "c.toml", EXTRA);
     let full = d.path().join("full");
-    let (code, msg) = run(&[
-        "run",
-        cfg.to_str().unwrap(),
-        "--out",
-        full.to_str().unwrap(),
-        "-q",
-    ]);
+    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
     assert_eq!(code, 0, "{msg}");
     let cut = d.path().join("cut");
     let (code, _) = run_failing(&cfg, &cut, "step-23", false);
@@ -122,13 +103,7 @@ fn eval_and_export_read_checkpoints() {
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "e.toml", "");
     let out = d.path().join("out");
-    let (code, msg) = run(&[
-        "run",
-        cfg.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "-q",
-    ]);
+    let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
     assert_eq!(code, 0, "{msg}");
     // The newest checkpoint's model gives the report's last row.
     let (code, msg) = run(&["eval", out.to_str().unwrap(), "--json"]);
@@ -171,28 +146,15 @@ fn a_killed_multi_seed_run_resumes_every_seed() {
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "m.toml", "checkpoint_every = 5\n");
     let full = d.path().join("full");
-    let (code, msg) = run(&[
-        "run",
-        cfg.to_str().unwrap(),
-        "--seeds",
-        "0,1",
-        "--out",
-        full.to_str().unwrap(),
-        "-q",
-    ]);
+    let (code, msg) = run_quiet(&cfg, &full, &["--seeds", "0,1"], &[]);
     assert_eq!(code, 0, "{msg}");
     let cut = d.path().join("cut");
-    let mut c = engram();
-    c.args([
-        "run",
-        cfg.to_str().unwrap(),
-        "--seeds",
-        "0,1",
-        "--out",
-        cut.to_str().unwrap(),
-        "-q",
-    ]);
-    let (code, msg) = output(c.env("ENGRAM_FAILPOINT", "step-12").output().unwrap());
+    let (code, msg) = run_quiet(
+        &cfg,
+        &cut,
+        &["--seeds", "0,1"],
+        &[("ENGRAM_FAILPOINT", "step-12")],
+    );
     assert_ne!(code, 0, "{msg}");
     assert!(
         !cut.join("seed-1/checkpoints").exists(),

@@ -45,3 +45,21 @@ pub fn small_config(dir: &Path, name: &str, extra: &str) -> PathBuf {
     std::fs::write(&p, text).unwrap();
     p
 }
+
+/// `engram run CFG --out OUT -q`, then `extra` arguments, with the environment variables `env`;
+/// exit code and stdout+stderr.
+pub fn run_quiet(cfg: &Path, out: &Path, extra: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut c = engram();
+    c.args([
+        "run",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ])
+    .args(extra);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    output(c.output().expect("engram binary runs"))
+}
