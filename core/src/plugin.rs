@@ -58,8 +58,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// The version of the loader/plugin contract (the [`Declaration`] layout, the register
-/// function's signature, the [`Registrar`]). Read first; a plugin with another is refused.
-pub const ABI_VERSION: u32 = 1;
+/// function's signature, the [`Registrar`] and the strategy traits' methods, whose vtables
+/// a plugin's objects carry). Read first; a plugin with another is refused.
+/// 2: `ForgettingStrategy::task_end_weights`.
+pub const ABI_VERSION: u32 = 2;
 
 /// The ELF section holding a plugin's [`Declaration`].
 pub const SECTION: &str = ".engram_plugin";
@@ -770,6 +772,11 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
     fn rebuild_model(&self, model: Model, device: &Device) -> crate::Result<Model> {
         guard(&self.lib, &self.name, "rebuild_model", || {
             self.inner.rebuild_model(model, device)
+        })?
+    }
+    fn task_end_weights(&mut self, model: Model, task: &TaskInfo) -> crate::Result<Model> {
+        guard(&self.lib, &self.name, "task_end_weights", || {
+            self.inner.task_end_weights(model, task)
         })?
     }
     fn after_task(&mut self, cx: &mut TaskContext<'_>) -> crate::Result<()> {

@@ -8,6 +8,7 @@
 //! | `naive` | forgetting | [`naive`] |
 //! | `ewc` | forgetting | [`ewc`] |
 //! | `replay` | forgetting | [`replay`] |
+//! | `ema` | forgetting | [`ema`] |
 //! | `standard` | memory | [`standard`] |
 //! | `checkpoint` | memory | [`checkpoint`] |
 //! | `accumulate` | memory | [`accumulate`] |
@@ -24,6 +25,7 @@ pub mod amp;
 pub mod budget;
 pub mod checkpoint;
 pub mod constant;
+pub mod ema;
 pub mod ewc;
 pub mod naive;
 pub mod ncm;
@@ -36,6 +38,7 @@ pub const BUILTIN_NAMES: &[&str] = &[
     "naive",
     "ewc",
     "replay",
+    "ema",
     "standard",
     "checkpoint",
     "accumulate",

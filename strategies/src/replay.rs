@@ -7,7 +7,9 @@
 //! loss** (`balance = "class"`: every class in the mixed batch weighs the same, countering the
 //! imbalance between the new task's two classes and the memory's) and **logit replay**
 //! (`distill = 0.5`: a soft-label distillation towards the logits each sample had when it was
-//! stored, after dark experience replay, Buzzega et al. 2020).
+//! stored, after dark experience replay, Buzzega et al. 2020; `temperature` 2, or 4 in the
+//! replay example). Replay pairs well with weight averaging ([`crate::ema`]): the replay example
+//! uses both (test ACC 0.816 against 0.807 without averaging).
 //!
 //! The seed's three improvements are implemented and can be switched on; on the validation
 //! split each of them *lowered* ACC against plain replay (0.786 ± 0.008): entropy allocation
@@ -137,11 +139,15 @@ pub struct ReplayParams {
     pub classifier: Classifier,
     /// Logit replay (dark experience replay, Buzzega et al. 2020): each stored sample keeps the
     /// logits `z*` the model gave it when it entered the memory, and memory rows add
-    /// `distill · T² · mean_i KL(softmax(z*_i/T) ‖ softmax(z_i/T))` with `T = 2` to the loss —
+    /// `distill · T² · mean_i KL(softmax(z*_i/T) ‖ softmax(z_i/T))` with `T = temperature` to the loss —
     /// a soft-label distillation (Hinton et al. 2015) instead of DER's logit MSE, whose
     /// unbounded gradient diverged at the runner's lr 0.05 / momentum 0.9. 0 turns it off.
     /// Default 0.5 (chosen on the validation split).
     pub distill: f64,
+    /// The distillation temperature `T` of `distill` (Hinton et al. 2015, eq. 1), > 0; higher
+    /// values soften the stored distributions and carry more of the non-argmax logits.
+    /// Default 2.
+    pub temperature: f64,
 }
 
 /// Loss weighting of a mixed batch.
@@ -175,6 +181,7 @@ impl Default for ReplayParams {
             align_head: false,
             classifier: Classifier::Linear,
             distill: 0.5,
+            temperature: 2.0,
         }
     }
 }
@@ -319,9 +326,6 @@ pub fn select(
     }
 }
 
-/// Temperature of the logit-replay distillation.
-const DISTILL_TEMPERATURE: f64 = 2.0;
-
 fn entropy_of(probs: &[f32], classes: usize) -> Vec<f32> {
     probs
         .chunks(classes)
@@ -401,6 +405,7 @@ impl Replay {
         if p.capacity == 0
             || p.strata == 0
             || !(p.distill >= 0.0 && p.distill.is_finite())
+            || !(p.temperature > 0.0 && p.temperature.is_finite())
             || p.priority_alpha.is_nan()
             || p.priority_alpha < 0.0
         {
@@ -410,12 +415,15 @@ impl Replay {
                 "strata"
             } else if p.priority_alpha < 0.0 {
                 "priority_alpha"
+            } else if !(p.temperature > 0.0 && p.temperature.is_finite()) {
+                "temperature"
             } else {
                 "distill"
             };
             return Err(err(
                 key,
-                "replay: capacity and strata must be ≥ 1, distill and priority_alpha ≥ 0".into(),
+                "replay: capacity and strata must be ≥ 1, distill and priority_alpha ≥ 0, temperature > 0"
+                    .into(),
                 None,
             ));
         }
@@ -536,7 +544,7 @@ impl ForgettingStrategy for Replay {
             return None;
         }
         // KL(softmax(z*/T) ‖ softmax(z/T)) · T², averaged over memory rows (Hinton et al. 2015).
-        let t = DISTILL_TEMPERATURE;
+        let t = self.p.temperature;
         let z = logits.clone().slice([n..n + m, 0..c]).div_scalar(t);
         let p = activation::softmax(targets.clone().div_scalar(t), 1);
         let logq = activation::log_softmax(z, 1);
@@ -1058,6 +1066,66 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn temperature_must_be_positive() {
+        for bad in ["temperature = 0.0", "temperature = -1.0"] {
+            let e = build(
+                &ParamSource::from_toml(bad),
+                &BuildContext {
+                    num_tasks: 5,
+                    ..BuildContext::default()
+                },
+            )
+            .err()
+            .unwrap();
+            assert!(e.to_string().contains("temperature > 0"), "{e}");
+        }
+    }
+
+    #[test]
+    fn logit_replay_penalty_equals_the_softened_kl_by_hand() {
+        let device = Device::flex().autodiff();
+        let p = ReplayParams {
+            distill: 0.5,
+            temperature: 4.0,
+            ..ReplayParams::default()
+        };
+        let mut r = Replay::new(p, 5, None).unwrap();
+        let stored = [1.0f32, 0.0, -1.0];
+        let now = [0.0f32, 1.0, 0.0];
+        r.targets = Some(Tensor::from_data(
+            TensorData::new(stored.to_vec(), [1, 3]),
+            &device,
+        ));
+        // One new row (ignored by the penalty) and one memory row.
+        let mut z = vec![5.0f32, -5.0, 0.0];
+        z.extend(now);
+        let logits = Tensor::<2>::from_data(TensorData::new(z, [2, 3]), &device);
+        let batch = Batch {
+            x: Tensor::zeros([2, 1], &device),
+            y: Tensor::zeros([2], &device),
+            weights: None,
+            logit_mask: None,
+            refs: vec![SampleRef { task: 0, index: 0 }; 2],
+            new_samples: 1,
+        };
+        let got = r
+            .logit_penalty(&logits, &batch)
+            .unwrap()
+            .into_scalar::<f32>();
+        // distill · T² · KL(softmax(z*/T) ‖ softmax(z/T)), by hand in f64.
+        let soft = |v: &[f32]| -> Vec<f64> {
+            let e: Vec<f64> = v.iter().map(|&x| (f64::from(x) / 4.0).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.iter().map(|x| x / s).collect()
+        };
+        let (ps, qs) = (soft(&stored), soft(&now));
+        let kl: f64 = ps.iter().zip(&qs).map(|(p, q)| p * (p / q).ln()).sum();
+        let want = 0.5 * 16.0 * kl;
+        assert!(want > 0.05, "the example is not degenerate: {want}");
+        assert!((f64::from(got) - want).abs() < 1e-5, "{got} vs {want}");
     }
 
     fn toy_stream() -> Stream {

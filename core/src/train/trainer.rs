@@ -811,6 +811,12 @@ fn run_inner(
 
         let ta = Instant::now();
         let meter = PhaseMeter::start();
+        for f in p.forgetting.iter_mut() {
+            let name = f.name().to_string();
+            model = f
+                .task_end_weights(model, &info)
+                .map_err(|e| strategy_err(&name, e))?;
+        }
         {
             let mut tcx = TaskContext {
                 model: &mut model,
