@@ -248,13 +248,15 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     "accuracy": acc,
                 });
                 println!("{v}");
-            } else if progress.step_in_task > 0 {
-                println!(
-                    "after {} finished task(s) and {} step(s) of task {}:",
-                    progress.round, progress.step_in_task, progress.round
-                );
             } else {
-                println!("after {} trained task(s):", progress.round);
+                if progress.step_in_task > 0 {
+                    println!(
+                        "after {} finished task(s) and {} step(s) of task {}:",
+                        progress.round, progress.step_in_task, progress.round
+                    );
+                } else {
+                    println!("after {} trained task(s):", progress.round);
+                }
                 for (t, a) in acc.iter().enumerate() {
                     println!("  T{t}  {:5.1} %", a * 100.0);
                 }

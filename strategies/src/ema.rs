@@ -93,16 +93,6 @@ impl Ema {
             self.average.insert(info.path, next);
         }
     }
-
-    /// `model` with the parameters found in `values` replaced (the others kept).
-    fn with_values(model: Model, values: &BTreeMap<String, Tensor<1>>) -> Model {
-        model.update_params(&mut |info, current| {
-            values
-                .get(&info.path)
-                .filter(|v| v.dims() == current.dims())
-                .cloned()
-        })
-    }
 }
 
 impl ForgettingStrategy for Ema {
@@ -125,7 +115,14 @@ impl ForgettingStrategy for Ema {
         if self.average.is_empty() {
             return Ok(model);
         }
-        Ok(Self::with_values(model, &self.average))
+        // The averaged parameters replace theirs; a parameter the average has not seen keeps
+        // its value.
+        Ok(model.update_params(&mut |info, current| {
+            self.average
+                .get(&info.path)
+                .filter(|v| v.dims() == current.dims())
+                .cloned()
+        }))
     }
 
     fn state(&self) -> Result<StrategyState> {

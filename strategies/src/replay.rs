@@ -405,7 +405,6 @@ impl Replay {
         if p.capacity == 0
             || p.strata == 0
             || !(p.distill >= 0.0 && p.distill.is_finite())
-            || !(p.temperature > 0.0 && p.temperature.is_finite())
             || p.priority_alpha.is_nan()
             || p.priority_alpha < 0.0
         {
@@ -415,16 +414,23 @@ impl Replay {
                 "strata"
             } else if p.priority_alpha < 0.0 {
                 "priority_alpha"
-            } else if !(p.temperature > 0.0 && p.temperature.is_finite()) {
-                "temperature"
             } else {
                 "distill"
             };
             return Err(err(
                 key,
-                "replay: capacity and strata must be ≥ 1, distill and priority_alpha ≥ 0, temperature > 0"
-                    .into(),
+                "replay: capacity and strata must be ≥ 1, distill and priority_alpha ≥ 0".into(),
                 None,
+            ));
+        }
+        if !(p.temperature > 0.0 && p.temperature.is_finite()) {
+            return Err(err(
+                "temperature",
+                format!(
+                    "replay: temperature {} must be a finite number > 0",
+                    p.temperature
+                ),
+                Some("2 is the usual choice (Hinton et al. 2015); 4 softens more".into()),
             ));
         }
         if !(0.0..=1.0).contains(&p.priority_decay) {
@@ -1080,7 +1086,8 @@ mod tests {
             )
             .err()
             .unwrap();
-            assert!(e.to_string().contains("temperature > 0"), "{e}");
+            assert!(e.to_string().contains("must be a finite number > 0"), "{e}");
+            assert!(matches!(e, Error::Config { .. }), "positioned: {e}");
         }
     }
 

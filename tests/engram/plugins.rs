@@ -386,6 +386,20 @@ fn a_plugin_that_panics_mid_training_stops_the_run_with_a_typed_error_and_keeps_
         let (code, msg) = output(c.output().unwrap());
         assert_eq!(code, 0, "{msg}");
         assert!(msg.contains("\"accuracy\""), "{msg}");
+        // Without --json, a mid-task checkpoint prints its position and every task's accuracy.
+        let mut c = engram();
+        c.args([
+            "eval",
+            out.to_str().unwrap(),
+            "--plugin",
+            fixture.to_str().unwrap(),
+        ]);
+        let (code, msg) = output(c.output().unwrap());
+        assert_eq!(code, 0, "{msg}");
+        assert!(
+            msg.contains("4 step(s) of task 0") && msg.contains("T0") && msg.contains("mean"),
+            "{msg}"
+        );
     }
 }
 

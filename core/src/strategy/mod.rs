@@ -237,9 +237,8 @@ pub trait ForgettingStrategy: Send {
     /// The weights task `task` ends with: called on every forgetting strategy, in config
     /// order, after the task's last step and before any [`ForgettingStrategy::after_task`];
     /// the model returned is what the `after_task` hooks see, what is evaluated and what the
-    /// task-end checkpoint holds. Weight averaging (the built-in `ema`) returns its average
-    /// here and puts the working weights back in [`ForgettingStrategy::before_task`]. The
-    /// default keeps the model.
+    /// task-end checkpoint holds, and the next task trains on from it. Weight averaging (the
+    /// built-in `ema`) returns its average here. The default keeps the model.
     fn task_end_weights(&mut self, model: Model, _task: &TaskInfo) -> Result<Model> {
         Ok(model)
     }
