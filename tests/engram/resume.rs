@@ -16,7 +16,7 @@ fn stable(dir: &Path) -> Value {
 }
 
 const EXTRA: &str = "checkpoint_every = 5\n[[forgetting]]\ntype = \"ema\"\ndecay = 0.9\n[[forgetting]]\ntype = \"replay\"\ncapacity = 60\nratio = 0.5\n\
-                     priority = true\ndistill = 0.5\nclassifier = \"ncm\"\n[[forgetting]]\ntype = \"ewc\"\nlambda = 50.0\nfisher_samples = 100\n";
+                     priority = true\ndistill = 0.5\nupdate_logits = true\nclassifier = \"ncm\"\n[[forgetting]]\ntype = \"ewc\"\nlambda = 50.0\nfisher_samples = 100\n";
 
 fn run_failing(cfg: &Path, out: &Path, failpoint: &str, resume: bool) -> (i32, String) {
     if !resume {
