@@ -47,6 +47,10 @@ enum Command {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// Also print the confusion matrix over every task's evaluation rows (row: true
+        /// class, column: predicted class, in samples) and each class's recall.
+        #[arg(long)]
+        confusion: bool,
     },
     /// Write a checkpoint's weights for other tools.
     Export {
@@ -225,7 +229,11 @@ fn dispatch(cli: &Cli) -> Result<()> {
     registry.load_plugins(&cli.plugins)?;
     match &cli.command {
         Command::Run(args) => run(cli, &registry, args),
-        Command::Eval { checkpoint, json } => {
+        Command::Eval {
+            checkpoint,
+            json,
+            confusion,
+        } => {
             let (p, model, progress) = trainer::load_checkpoint_model(checkpoint, &registry)?;
             let seen = progress.round.saturating_sub(1);
             let valid = engram::core::burn::module::Module::valid(&model);
@@ -241,12 +249,24 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     )
                 })
                 .collect();
+            let matrix = confusion.then(|| {
+                trainer::confusion_matrix(
+                    &valid,
+                    &p.stream,
+                    seen,
+                    p.cfg.config.train.eval_batch_size,
+                    &p.device,
+                )
+            });
             if *json {
-                let v = serde_json::json!({
+                let mut v = serde_json::json!({
                     "tasks_trained": progress.round,
                     "step_in_task": progress.step_in_task,
                     "accuracy": acc,
                 });
+                if let Some(m) = &matrix {
+                    v["confusion"] = serde_json::json!(m);
+                }
                 println!("{v}");
             } else {
                 if progress.step_in_task > 0 {
@@ -264,6 +284,9 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     "  mean {:5.1} %",
                     acc.iter().sum::<f64>() / acc.len().max(1) as f64 * 100.0
                 );
+                if let Some(m) = &matrix {
+                    print!("{}", engram::summary::confusion_table(m));
+                }
             }
             Ok(())
         }

@@ -100,3 +100,60 @@ pub fn aggregate_table(agg: &serde_json::Value) -> String {
     }
     s
 }
+
+/// A confusion matrix `[classes][classes]` (row: true class, column: predicted class, in
+/// samples) as a table, with each class's recall (the diagonal over the row's total, percent)
+/// and, for each class, the class it is most often mistaken for. Classes without samples are
+/// left out.
+pub fn confusion_table(m: &[Vec<u64>]) -> String {
+    let mut s = String::new();
+    let rows: Vec<usize> = (0..m.len())
+        .filter(|&c| m[c].iter().sum::<u64>() > 0)
+        .collect();
+    let _ = write!(s, "confusion (row: true class, column: predicted)\n  true");
+    for c in 0..m.len() {
+        let _ = write!(s, " {c:>5}");
+    }
+    let _ = writeln!(s, "  recall  mostly mistaken for");
+    for &c in &rows {
+        let total: u64 = m[c].iter().sum();
+        let _ = write!(s, "  {c:>4}");
+        for v in &m[c] {
+            let _ = write!(s, " {v:>5}");
+        }
+        let recall = m[c].get(c).copied().unwrap_or(0) as f64 / total as f64;
+        let worst = (0..m[c].len())
+            .filter(|&k| k != c && m[c][k] > 0)
+            .max_by_key(|&k| (m[c][k], std::cmp::Reverse(k)));
+        let _ = write!(s, "  {:5.1} %", recall * 100.0);
+        match worst {
+            Some(k) => {
+                let _ = writeln!(s, "  {k} ({:.1} %)", m[c][k] as f64 / total as f64 * 100.0);
+            }
+            None => {
+                let _ = writeln!(s, "  –");
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confusion_table_by_hand() {
+        // Class 0: 3 right, 1 taken for class 1; class 1: all right; class 2: no samples.
+        let m = vec![vec![3, 1, 0], vec![0, 2, 0], vec![0, 0, 0]];
+        let t = confusion_table(&m);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(
+            lines[2].trim_start().starts_with("0     3     1     0"),
+            "{t}"
+        );
+        assert!(lines[2].ends_with("75.0 %  1 (25.0 %)"), "{t}");
+        assert!(lines[3].ends_with("100.0 %  –"), "{t}");
+    }
+}

@@ -113,6 +113,26 @@ fn eval_and_export_read_checkpoints() {
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(v["accuracy"], r["accuracy_matrix"][1]);
     assert_eq!(v["tasks_trained"], 2);
+    // The confusion matrix: 10 × 10, every evaluation row counted once, each task's
+    // diagonal giving that task's accuracy in the report.
+    let (code, msg) = run(&["eval", out.to_str().unwrap(), "--json", "--confusion"]);
+    assert_eq!(code, 0, "{msg}");
+    let v: Value = serde_json::from_str(msg.trim()).unwrap();
+    let m: Vec<Vec<u64>> = serde_json::from_value(v["confusion"].clone()).unwrap();
+    assert_eq!((m.len(), m[0].len()), (10, 10));
+    for (t, task) in r["tasks"].as_array().unwrap().iter().enumerate() {
+        let classes: Vec<usize> = serde_json::from_value(task["classes"].clone()).unwrap();
+        let rows: u64 = classes.iter().map(|&c| m[c].iter().sum::<u64>()).sum();
+        assert_eq!(rows, task["eval_samples"].as_u64().unwrap());
+        let right: u64 = classes.iter().map(|&c| m[c][c]).sum();
+        let acc = r["accuracy_matrix"][1][t].as_f64().unwrap();
+        assert!((right as f64 / rows as f64 - acc).abs() < 1e-12, "task {t}");
+    }
+    let total: u64 = m.iter().flatten().sum();
+    assert_eq!(total, 800, "two tasks of 400 test rows");
+    let (code, text) = run(&["eval", out.to_str().unwrap(), "--confusion"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("recall"), "{text}");
     // Safetensors: a JSON header naming every parameter with its shape.
     let st = d.path().join("m.safetensors");
     let (code, msg) = run(&[

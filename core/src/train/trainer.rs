@@ -271,7 +271,8 @@ pub fn clip_global_norm(
 
 /// Accuracy of `model` on task `t`'s evaluation rows, without an autodiff graph.
 ///
-/// `seen` is the last trained task (for unseen-class masks). Returns the fraction correct.
+/// `seen` is the last trained task (for unseen-class masks). Returns the fraction correct
+/// (0 for a task without evaluation rows).
 pub fn evaluate_task(
     model: &Model,
     stream: &Stream,
@@ -280,16 +281,27 @@ pub fn evaluate_task(
     batch: usize,
     device: &Device,
 ) -> f64 {
+    let pairs = predict_task(model, stream, t, seen, batch, device);
+    let correct = pairs.iter().filter(|(y, p)| y == p).count();
+    correct as f64 / pairs.len().max(1) as f64
+}
+
+/// `(true class, predicted class)` for each of task `t`'s evaluation rows, in row order, as
+/// [`evaluate_task`] scores them (same masks, no autodiff graph).
+pub fn predict_task(
+    model: &Model,
+    stream: &Stream,
+    t: usize,
+    seen: usize,
+    batch: usize,
+    device: &Device,
+) -> Vec<(usize, usize)> {
     let (rows, part) = stream.eval_rows(t);
-    if rows.is_empty() {
-        return 0.0;
-    }
     let ctx = ForwardCtx {
         task: (stream.scenario == Scenario::TaskIncremental).then_some(t),
         replay: false,
         evaluation: true,
     };
-    let mut correct = 0i64;
     let refs: Vec<SampleRef> = rows
         .iter()
         .map(|&i| SampleRef {
@@ -297,16 +309,50 @@ pub fn evaluate_task(
             index: i,
         })
         .collect();
-    for chunk in refs.chunks(batch) {
+    let mut out = Vec::with_capacity(refs.len());
+    for chunk in refs.chunks(batch.max(1)) {
         let b = stream.batch(chunk, part, seen, device);
         let mut logits = model.forward(Activation::Flat(b.x.clone()), &ctx);
         if let Some(m) = &b.logit_mask {
             logits = logits + m.clone();
         }
-        let pred = logits.argmax(1).reshape([chunk.len()]);
-        correct += pred.equal(b.y).int().sum().into_scalar::<i64>();
+        let to_vec = |t: Tensor<1, burn::tensor::Int>| -> Vec<i64> {
+            t.into_data()
+                .convert::<i64>()
+                .try_to_vec::<i64>()
+                .unwrap_or_default()
+        };
+        let pred = to_vec(logits.argmax(1).reshape([chunk.len()]));
+        let y = to_vec(b.y);
+        out.extend(
+            y.into_iter()
+                .zip(pred)
+                .map(|(y, p)| (y as usize, p as usize)),
+        );
     }
-    correct as f64 / rows.len() as f64
+    out
+}
+
+/// The confusion matrix `[classes][classes]` (row: true class, column: predicted class, in
+/// samples) of `model` over the evaluation rows of every task of `stream`, scored as
+/// [`evaluate_task`] does with `seen` the last trained task.
+pub fn confusion_matrix(
+    model: &Model,
+    stream: &Stream,
+    seen: usize,
+    batch: usize,
+    device: &Device,
+) -> Vec<Vec<u64>> {
+    let c = stream.num_classes;
+    let mut m = vec![vec![0u64; c]; c];
+    for t in 0..stream.len() {
+        for (y, p) in predict_task(model, stream, t, seen, batch, device) {
+            if y < c && p < c {
+                m[y][p] += 1;
+            }
+        }
+    }
+    m
 }
 
 fn strategy_err(name: &str, e: impl std::fmt::Display) -> Error {
