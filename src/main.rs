@@ -280,10 +280,20 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 for (t, a) in acc.iter().enumerate() {
                     println!("  T{t}  {:5.1} %", a * 100.0);
                 }
-                println!(
-                    "  mean {:5.1} %",
-                    acc.iter().sum::<f64>() / acc.len().max(1) as f64 * 100.0
-                );
+                let mean = |a: &[f64]| a.iter().sum::<f64>() / a.len().max(1) as f64 * 100.0;
+                let trained = progress.round.min(acc.len());
+                if trained == acc.len() || trained == 0 {
+                    println!("  mean {:5.1} %", mean(&acc));
+                } else {
+                    // Mid-stream: the untrained tasks score (near) zero in a class-incremental
+                    // stream, so the mean over all tasks is not the run's ACC.
+                    println!(
+                        "  mean {:5.1} % over the {trained} finished task(s), {:5.1} % over all {}",
+                        mean(&acc[..trained]),
+                        mean(&acc),
+                        acc.len()
+                    );
+                }
                 if let Some(m) = &matrix {
                     print!("{}", engram::summary::confusion_table(m));
                 }

@@ -156,6 +156,34 @@ fn eval_and_export_read_checkpoints() {
     let (code, msg) = run(&["eval", d.path().to_str().unwrap()]);
     assert_eq!(code, 2, "{msg}");
     assert!(msg.contains("no checkpoint here"), "{msg}");
+    // A --seeds directory is named as such.
+    std::fs::create_dir(d.path().join("seed-0")).unwrap();
+    let (code, msg) = run(&["eval", d.path().to_str().unwrap()]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("OUT_DIR/seed-N"), "{msg}");
+    // A damaged newest checkpoint is passed over with a warning, not silently.
+    let mut steps: Vec<_> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("manifest.json").is_file())
+        .collect();
+    steps.sort();
+    assert!(steps.len() >= 2, "{steps:?}");
+    std::fs::write(steps.last().unwrap().join("model.bpk"), b"garbage").unwrap();
+    let (code, msg) = run(&["eval", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(
+        msg.contains("warning: skipping a damaged checkpoint"),
+        "{msg}"
+    );
+    // An error in the run's copy of its config names that copy.
+    let cfg_copy = out.join("config.toml");
+    let mut text = std::fs::read_to_string(&cfg_copy).unwrap();
+    text.push_str("garbage [\n");
+    std::fs::write(&cfg_copy, text).unwrap();
+    let (code, msg) = run(&["eval", out.to_str().unwrap()]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains(&format!("{}:", cfg_copy.display())), "{msg}");
 }
 
 /// A `--seeds` run killed during its first seed resumes as a whole: `engram resume OUT`

@@ -1054,11 +1054,33 @@ pub fn run_config(out: &Path) -> Result<LoadedConfig> {
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
+    // Relative paths (plugins) resolve against the original config's directory, but an error
+    // names the file that was read: the run's copy.
     let source = meta["config"]
         .as_str()
         .map(PathBuf::from)
-        .unwrap_or(cfg_path);
-    LoadedConfig::from_source(&source, text)
+        .unwrap_or_else(|| cfg_path.clone());
+    LoadedConfig::from_source(&source, text).map_err(|e| match e {
+        Error::Config {
+            line,
+            column,
+            message,
+            hint,
+            ..
+        } => Error::Config {
+            file: cfg_path.clone(),
+            line,
+            column,
+            message,
+            hint,
+        },
+        Error::ConfigFile { message, hint, .. } => Error::ConfigFile {
+            file: cfg_path.clone(),
+            message,
+            hint,
+        },
+        other => other,
+    })
 }
 
 /// Locates a checkpoint: `path` is a checkpoint directory (`OUT/checkpoints/step-N`) or a
@@ -1084,11 +1106,20 @@ pub fn find_checkpoint(path: &Path) -> Result<(PathBuf, PathBuf, Checkpoint)> {
         return Ok((out, path.to_path_buf(), ck));
     }
     match checkpoint::load_latest(path) {
-        (Some((dir, ck)), _) => Ok((path.to_path_buf(), dir, ck)),
+        (Some((dir, ck)), skipped) => {
+            // A newer checkpoint that fails its checks is passed over, and said so.
+            for e in &skipped {
+                eprintln!("warning: skipping a damaged checkpoint: {e}");
+            }
+            Ok((path.to_path_buf(), dir, ck))
+        }
         (None, skipped) => Err(Error::Checkpoint {
             path: path.to_path_buf(),
             message: match skipped.first() {
                 Some(e) => format!("no valid checkpoint ({e})"),
+                None if path.join("seed-0").is_dir() || path.join("aggregate.json").is_file() => {
+                    "a --seeds directory: give one seed's run, OUT_DIR/seed-N".into()
+                }
                 None => "no checkpoint here (give OUT_DIR or OUT_DIR/checkpoints/step-N)".into(),
             },
         }),
