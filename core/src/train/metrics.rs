@@ -107,6 +107,23 @@ mod tests {
     }
 
     #[test]
+    fn metrics_survive_a_json_round_trip_bit_for_bit() {
+        // Reports and aggregates are re-read from JSON on resume; serde_json's default parser
+        // may miss the last bit of a long decimal (its `float_roundtrip` feature, enabled in
+        // the workspace, does not). Means of accuracies are exactly such decimals.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+            let text = serde_json::to_string(&v).unwrap();
+            let back: f64 = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.to_bits(), v.to_bits(), "{text}");
+        }
+    }
+
+    #[test]
     fn hand_computed_three_tasks() {
         // R = [[0.9, 0.1, 0.1],
         //      [0.6, 0.8, 0.2],
