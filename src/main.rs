@@ -589,6 +589,7 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
                 dir.display()
             );
         }
+        let seed_hint = format!("engram resume {}", dir.display());
         match trainer::run(p, &RunOptions { out: dir, progress }) {
             Ok(report) => {
                 if !cli.quiet {
@@ -597,7 +598,14 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
                 reports.push(report);
             }
             // One diverging seed does not discard the others' runs.
-            Err(e) if multi && !matches!(e, Error::Interrupted(_)) => {
+            // The whole --seeds run resumes from its directory (every unfinished seed, then
+            // the aggregate); resuming one seed's directory would not write the aggregate.
+            Err(Error::Interrupted(m)) if multi => {
+                return Err(Error::Interrupted(
+                    m.replace(&seed_hint, &format!("engram resume {}", out.display())),
+                ));
+            }
+            Err(e) if multi => {
                 eprintln!("error: seed {seed}: {e}");
                 failures.push((seed, e));
             }
@@ -668,7 +676,9 @@ fn resume(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
     let seeds = seed_dirs(out);
     if out.join("config.toml").is_file() || seeds.is_empty() {
         let report = trainer::resume(out, registry, progress)?;
-        if !cli.quiet {
+        if cli.quiet {
+            println!("ACC {:.4}", report.metrics.acc.unwrap_or(f64::NAN));
+        } else {
             print!("{}", engram::summary::run_table(&report));
         }
         return Ok(());

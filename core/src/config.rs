@@ -343,8 +343,12 @@ pub struct Config {
 pub struct LoadedConfig {
     /// The decoded config.
     pub config: Config,
-    /// Where it came from (for messages and relative paths).
+    /// The file the text was read from (named in every message about it).
     pub file: PathBuf,
+    /// The directory relative paths in it (`plugins`, `[data] path`) resolve against: the
+    /// file's own directory, or the original config's for a run's saved copy
+    /// (`OUT/config.toml`).
+    pub base_dir: PathBuf,
     /// The TOML text (after `--set` overrides).
     pub source: Arc<str>,
 }
@@ -539,6 +543,7 @@ impl LoadedConfig {
         let loaded = Self {
             config,
             file: file.to_path_buf(),
+            base_dir: file.parent().map(Path::to_path_buf).unwrap_or_default(),
             source: Arc::from(text),
         };
         loaded.check()?;

@@ -1,6 +1,7 @@
 //! Atomic file writes: write a temporary file in the destination's directory, flush it to
 //! disk, then rename it over the destination. A reader sees the old file or the new one,
-//! never a partial one, even if the process is killed mid-write.
+//! never a partial one, even if the process is killed mid-write. Also the hex SHA-256 that
+//! checkpoints, plugins and run records are checked by.
 
 use crate::error::{Error, Result};
 use std::io::Write;
@@ -33,6 +34,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Hex SHA-256 of `bytes` (64 lowercase hex digits; FIPS 180-4).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,5 +57,13 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
         assert!(write_atomic(&d.path().join("missing/x"), b"x").is_err());
+    }
+
+    #[test]
+    fn sha256_of_abc_is_the_fips_vector() {
+        assert_eq!(
+            super::sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }

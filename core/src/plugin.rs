@@ -49,7 +49,6 @@ use crate::strategy::{
 };
 use crate::{data::stream::Batch, model::Model};
 use burn::tensor::{Device, Tensor};
-use sha2::Digest;
 use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
@@ -424,14 +423,6 @@ fn io_error(path: &Path, e: std::io::Error) -> PluginError {
     }
 }
 
-/// Hex SHA-256 of `bytes`.
-fn hex_sha256(bytes: &[u8]) -> String {
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// Reads the declaration of the shared library at `path` without loading it.
 ///
 /// # Errors
@@ -590,7 +581,7 @@ pub struct Plugin {
 /// [`PluginError::Missing`] or [`PluginError::Unreadable`].
 pub fn file_sha256(path: &Path) -> Result<String, PluginError> {
     let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
-    Ok(hex_sha256(&bytes))
+    Ok(crate::fsutil::sha256_hex(&bytes))
 }
 
 /// Loads the plugin at `path`: reads and checks its declaration from the file, then opens it
@@ -609,7 +600,7 @@ pub fn load(path: &Path) -> Result<Plugin, PluginError> {
     let bytes = std::fs::read(&canonical).map_err(|e| io_error(path, e))?;
     let decl = declaration_from_bytes(path, &bytes)?;
     check_declaration(path, &decl)?;
-    let sha256 = hex_sha256(&bytes);
+    let sha256 = crate::fsutil::sha256_hex(&bytes);
     drop(bytes);
     // SAFETY: the declaration says the library was built against this very engram-core (same
     // toolchain, Burn, features and profile); loading it runs its constructors, which is what

@@ -176,11 +176,22 @@ fn eval_and_export_read_checkpoints() {
         msg.contains("warning: skipping a damaged checkpoint"),
         "{msg}"
     );
-    // An error in the run's copy of its config names that copy.
+    // The run's copy of its config must be the one the checkpoints were made with (its
+    // SHA-256 is in run.json); without that record, an error in it names the copy.
     let cfg_copy = out.join("config.toml");
     let mut text = std::fs::read_to_string(&cfg_copy).unwrap();
     text.push_str("garbage [\n");
     std::fs::write(&cfg_copy, text).unwrap();
+    let (code, msg) = run(&["eval", out.to_str().unwrap()]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("changed since the run started"), "{msg}");
+    let (code, msg) = run(&["resume", out.to_str().unwrap()]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("changed since the run started"), "{msg}");
+    let run_json = out.join("run.json");
+    let mut meta: Value = serde_json::from_slice(&std::fs::read(&run_json).unwrap()).unwrap();
+    meta.as_object_mut().unwrap().remove("config_sha256");
+    std::fs::write(&run_json, meta.to_string()).unwrap();
     let (code, msg) = run(&["eval", out.to_str().unwrap()]);
     assert_eq!(code, 2, "{msg}");
     assert!(msg.contains(&format!("{}:", cfg_copy.display())), "{msg}");

@@ -23,7 +23,6 @@ use crate::error::{Error, Result};
 use crate::fsutil::write_atomic;
 use crate::strategy::{StateTensor, StrategyState};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -145,13 +144,6 @@ pub struct Checkpoint {
     pub memory: Vec<(String, StrategyState)>,
     /// `(name, state)` of each scheduler, in config order.
     pub schedulers: Vec<(String, StrategyState)>,
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn pack(
@@ -278,7 +270,9 @@ pub fn save(out: &Path, step: usize, ck: &Checkpoint) -> Result<PathBuf> {
     };
     for (i, (f, bytes)) in files.iter().enumerate() {
         write_atomic(&tmp.join(f), bytes)?;
-        manifest.files.insert(f.to_string(), sha256(bytes));
+        manifest
+            .files
+            .insert(f.to_string(), crate::fsutil::sha256_hex(bytes));
         if i == 1 {
             failpoint("checkpoint-write");
         }
@@ -326,7 +320,7 @@ pub fn load_dir(path: &Path) -> Result<Checkpoint> {
     let mut files = BTreeMap::new();
     for (f, want) in &manifest.files {
         let bytes = read(f)?;
-        let got = sha256(&bytes);
+        let got = crate::fsutil::sha256_hex(&bytes);
         if &got != want {
             return Err(bad(format!(
                 "{f}: checksum {got} differs from the manifest's {want}"

@@ -58,12 +58,13 @@ pub struct Prepared {
     pub plugins: Vec<crate::plugin::PluginInfo>,
 }
 
-/// Resolves a path from the config relative to the config file's directory.
-pub fn relative_to(cfg_file: &Path, p: &Path) -> PathBuf {
+/// Resolves a path from the config against `base_dir` ([`LoadedConfig::base_dir`]); an
+/// absolute path is kept.
+pub fn relative_to(base_dir: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_path_buf()
     } else {
-        cfg_file.parent().unwrap_or(Path::new(".")).join(p)
+        base_dir.join(p)
     }
 }
 
@@ -78,7 +79,7 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     // Plugins named in the config (relative to the config file) join the caller's registry.
     let mut registry = registry.clone();
     for path in &c.plugins {
-        registry.load_plugin(&relative_to(&cfg.file, path))?;
+        registry.load_plugin(&relative_to(&cfg.base_dir, path))?;
     }
     let registry = &registry;
     let device = crate::device::select(&c.run.device)
@@ -97,7 +98,7 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     registry.build_forgetting(&cfg, &bcx_pre)?;
     registry.build_memory(&cfg, &bcx_pre)?;
     registry.build_schedulers(&cfg, &bcx_pre)?;
-    let data_path = c.data.path.as_ref().map(|p| relative_to(&cfg.file, p));
+    let data_path = c.data.path.as_ref().map(|p| relative_to(&cfg.base_dir, p));
     let ds = dataset::load(&c.data.dataset, data_path.as_deref())?;
     let stream = Stream::build(Arc::new(ds), &c.data, c.run.seed)
         .map_err(|e| cfg.error_at("data", "tasks", e.to_string(), None))?;
@@ -532,6 +533,7 @@ fn run_inner(
         let origin = std::path::absolute(&p.cfg.file).unwrap_or_else(|_| p.cfg.file.clone());
         let run = serde_json::json!({
             "config": origin,
+            "config_sha256": crate::fsutil::sha256_hex(p.cfg.source.as_bytes()),
             "engram": env!("CARGO_PKG_VERSION"),
             "plugins": p.plugins,
         });
@@ -1054,33 +1056,27 @@ pub fn run_config(out: &Path) -> Result<LoadedConfig> {
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
-    // Relative paths (plugins) resolve against the original config's directory, but an error
-    // names the file that was read: the run's copy.
-    let source = meta["config"]
-        .as_str()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cfg_path.clone());
-    LoadedConfig::from_source(&source, text).map_err(|e| match e {
-        Error::Config {
-            line,
-            column,
-            message,
-            hint,
-            ..
-        } => Error::Config {
-            file: cfg_path.clone(),
-            line,
-            column,
-            message,
-            hint,
-        },
-        Error::ConfigFile { message, hint, .. } => Error::ConfigFile {
-            file: cfg_path.clone(),
-            message,
-            hint,
-        },
-        other => other,
-    })
+    // The copy must be the config the checkpoints were made with.
+    if let Some(want) = meta["config_sha256"].as_str()
+        && crate::fsutil::sha256_hex(text.as_bytes()) != want
+    {
+        return Err(Error::Checkpoint {
+            path: out.to_path_buf(),
+            message: format!(
+                "{} changed since the run started (its SHA-256 is recorded in run.json): \
+                 the checkpoints were made with the original; restore it, or start a new run \
+                 with the new config",
+                cfg_path.display()
+            ),
+        });
+    }
+    // Errors name the file that was read, the run's copy; relative paths (plugins, data)
+    // resolve against the original config's directory.
+    let mut loaded = LoadedConfig::from_source(&cfg_path, text)?;
+    if let Some(parent) = meta["config"].as_str().and_then(|f| Path::new(f).parent()) {
+        loaded.base_dir = parent.to_path_buf();
+    }
+    Ok(loaded)
 }
 
 /// Locates a checkpoint: `path` is a checkpoint directory (`OUT/checkpoints/step-N`) or a
