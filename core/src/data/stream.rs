@@ -271,12 +271,15 @@ impl Stream {
     }
 
     /// The classes whose logits are allowed for a sample of task `t`, after training up to
-    /// task `seen` (`None`: no mask).
+    /// task `seen` (`None`: no mask). Task-incremental: task `t`'s classes. Class-incremental
+    /// with `mask_logits`: the classes of tasks `0..=seen`, whatever `t` — a task not yet
+    /// trained is scored against the classes seen so far, so it scores 0 as it does without
+    /// the mask.
     pub fn allowed_classes(&self, t: usize, seen: usize) -> Option<Vec<usize>> {
         match self.scenario {
             Scenario::TaskIncremental => Some(self.tasks[t].classes.clone()),
             Scenario::ClassIncremental if self.mask_unseen => Some(
-                self.tasks[..=seen.max(t)]
+                self.tasks[..=seen.min(self.tasks.len().saturating_sub(1))]
                     .iter()
                     .flat_map(|k| k.classes.iter().copied())
                     .collect(),
