@@ -589,7 +589,6 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
                 dir.display()
             );
         }
-        let seed_hint = format!("engram resume {}", dir.display());
         match trainer::run(p, &RunOptions { out: dir, progress }) {
             Ok(report) => {
                 if !cli.quiet {
@@ -597,14 +596,8 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
                 }
                 reports.push(report);
             }
+            Err(e @ Error::Interrupted(_)) => return Err(resume_hint(e, &out)),
             // One diverging seed does not discard the others' runs.
-            // The whole --seeds run resumes from its directory (every unfinished seed, then
-            // the aggregate); resuming one seed's directory would not write the aggregate.
-            Err(Error::Interrupted(m)) if multi => {
-                return Err(Error::Interrupted(
-                    m.replace(&seed_hint, &format!("engram resume {}", out.display())),
-                ));
-            }
             Err(e) if multi => {
                 eprintln!("error: seed {seed}: {e}");
                 failures.push((seed, e));
@@ -675,7 +668,7 @@ fn resume(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
     let progress = !cli.quiet && std::io::stderr().is_terminal();
     let seeds = seed_dirs(out);
     if out.join("config.toml").is_file() || seeds.is_empty() {
-        let report = trainer::resume(out, registry, progress)?;
+        let report = trainer::resume(out, registry, progress).map_err(|e| resume_hint(e, out))?;
         if cli.quiet {
             println!("ACC {:.4}", report.metrics.acc.unwrap_or(f64::NAN));
         } else {
@@ -693,11 +686,11 @@ fn resume(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
         };
         match r {
             Ok(r) => reports.push(r),
-            Err(e) if !matches!(e, Error::Interrupted(_)) => {
+            Err(e @ Error::Interrupted(_)) => return Err(resume_hint(e, out)),
+            Err(e) => {
                 eprintln!("error: seed {seed}: {e}");
                 failures.push((seed, e));
             }
-            Err(e) => return Err(e),
         }
     }
     write_aggregate(out, &reports, &failures)?;
@@ -706,6 +699,19 @@ fn resume(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
             "seed {seed} failed ({e}); the aggregate covers the other seeds and lists the failure"
         ))),
         None => Ok(()),
+    }
+}
+
+/// Adds to an interruption how to continue: `engram resume OUT` for the directory the user
+/// gave. For a `--seeds` run that is the whole directory (every unfinished seed, then the
+/// aggregate), not the interrupted seed's, which would not write the aggregate.
+fn resume_hint(e: Error, out: &Path) -> Error {
+    match e {
+        Error::Interrupted(m) => Error::Interrupted(format!(
+            "{m}; continue with `engram resume {}`",
+            out.display()
+        )),
+        other => other,
     }
 }
 

@@ -880,28 +880,13 @@ impl Replay {
         if new.is_empty() || keys.is_empty() {
             return Ok(());
         }
-        let c = cx.stream.num_classes;
-        let valid = cx.model.valid();
-        let inner = cx.device.clone().inner();
-        let ctx = ForwardCtx::default();
-        for chunk in keys.chunks(500) {
-            let refs: Vec<SampleRef> = chunk.iter().map(|&(k, i)| self.buffers[k][i].r).collect();
-            let b = cx.stream.batch(&refs, Part::Train, t, &inner);
-            let z: Vec<f32> = valid
-                .forward(Activation::Flat(b.x), &ctx)
-                .into_data()
-                .convert::<f32>()
-                .try_to_vec::<f32>()
-                .map_err(|e| Error::Strategy {
-                    strategy: "replay".into(),
-                    message: format!("logits: {e:?}"),
-                })?;
-            for (row, &(k, i)) in chunk.iter().enumerate() {
-                let slot = &mut self.buffers[k][i];
-                if slot.logits.len() == c {
-                    let now = &z[row * c..(row + 1) * c];
-                    update_new_class_logits(&mut slot.logits, slot.class as usize, now, &new);
-                }
+        let refs: Vec<SampleRef> = keys.iter().map(|&(k, i)| self.buffers[k][i].r).collect();
+        let (z, c) = forward_rows(cx, &refs, cx.model.num_blocks())?;
+        for (row, &(k, i)) in keys.iter().enumerate() {
+            let slot = &mut self.buffers[k][i];
+            if slot.logits.len() == c {
+                let now = &z[row * c..(row + 1) * c];
+                update_new_class_logits(&mut slot.logits, slot.class as usize, now, &new);
             }
         }
         Ok(())
@@ -917,27 +902,8 @@ impl Replay {
             .flatten()
             .map(|s| s.class as usize)
             .collect();
-        let valid = cx.model.valid();
-        let n = valid.num_blocks().saturating_sub(1);
-        let inner = cx.device.clone().inner();
-        let ctx = ForwardCtx::default();
-        let (mut features, mut d) = (Vec::new(), 0);
-        for chunk in refs.chunks(500) {
-            let b = cx.stream.batch(chunk, Part::Train, cx.task.index, &inner);
-            let f = valid
-                .forward_range(0..n, Activation::Flat(b.x), &ctx)
-                .into_flat();
-            d = f.dims()[1];
-            features.extend(
-                f.into_data()
-                    .convert::<f32>()
-                    .try_to_vec::<f32>()
-                    .map_err(|e| Error::Strategy {
-                        strategy: "replay".into(),
-                        message: format!("features: {e:?}"),
-                    })?,
-            );
-        }
+        let blocks = cx.model.num_blocks().saturating_sub(1);
+        let (features, d) = forward_rows(cx, &refs, blocks)?;
         Ok(crate::ncm::class_means(
             &features,
             d,
@@ -945,6 +911,37 @@ impl Replay {
             cx.stream.num_classes,
         ))
     }
+}
+
+/// The training samples `refs` through the first `blocks` blocks of the inference copy of
+/// `cx.model` (no graph), in chunks of 500: the outputs flattened row-major `[refs, width]`,
+/// and `width` (0 for no rows).
+fn forward_rows(
+    cx: &TaskContext<'_>,
+    refs: &[SampleRef],
+    blocks: usize,
+) -> Result<(Vec<f32>, usize)> {
+    let valid = cx.model.valid();
+    let inner = cx.device.clone().inner();
+    let ctx = ForwardCtx::default();
+    let (mut out, mut width) = (Vec::new(), 0);
+    for chunk in refs.chunks(500) {
+        let b = cx.stream.batch(chunk, Part::Train, cx.task.index, &inner);
+        let f = valid
+            .forward_range(0..blocks, Activation::Flat(b.x), &ctx)
+            .into_flat();
+        width = f.dims()[1];
+        out.extend(
+            f.into_data()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .map_err(|e| Error::Strategy {
+                    strategy: "replay".into(),
+                    message: format!("memory forward pass: {e:?}"),
+                })?,
+        );
+    }
+    Ok((out, width))
 }
 
 /// The cap of [`update_new_class_logits`]: a new class's replaced logit stays below
@@ -1204,48 +1201,84 @@ mod tests {
         }
     }
 
-    #[test]
-    fn logit_replay_penalty_equals_the_softened_kl_by_hand() {
+    /// `logit_penalty` at `distill = 0.5` and temperature `t` for a batch of one new row
+    /// (logits `[5, −5, 0]`, ignored by the penalty) and one memory row with stored logits
+    /// `stored` and current logits `now`; `mask` is the batch's logit mask for both rows. The
+    /// penalty and the (tracked) logits `[2, 3]`.
+    fn one_memory_row(
+        t: f64,
+        stored: [f32; 3],
+        now: [f32; 3],
+        mask: Option<[f32; 3]>,
+    ) -> (Tensor<1>, Tensor<2>) {
         let device = Device::flex().autodiff();
         let p = ReplayParams {
             distill: 0.5,
-            temperature: 4.0,
+            temperature: t,
             ..ReplayParams::default()
         };
         let mut r = Replay::new(p, 5, None).unwrap();
-        let stored = [1.0f32, 0.0, -1.0];
-        let now = [0.0f32, 1.0, 0.0];
         r.targets = Some(Tensor::from_data(
             TensorData::new(stored.to_vec(), [1, 3]),
             &device,
         ));
-        // One new row (ignored by the penalty) and one memory row.
         let mut z = vec![5.0f32, -5.0, 0.0];
         z.extend(now);
-        let logits = Tensor::<2>::from_data(TensorData::new(z, [2, 3]), &device);
+        let logits = Tensor::<2>::from_data(TensorData::new(z, [2, 3]), &device).require_grad();
         let batch = Batch {
             x: Tensor::zeros([2, 1], &device),
             y: Tensor::zeros([2], &device),
             weights: None,
-            logit_mask: None,
+            logit_mask: mask
+                .map(|m| Tensor::from_data(TensorData::new([m, m].concat(), [2, 3]), &device)),
             refs: vec![SampleRef { task: 0, index: 0 }; 2],
             new_samples: 1,
         };
-        let got = r
-            .logit_penalty(&logits, &batch)
-            .unwrap()
-            .into_scalar::<f32>();
-        // distill · T² · KL(softmax(z*/T) ‖ softmax(z/T)), by hand in f64.
+        (r.logit_penalty(&logits, &batch).unwrap(), logits)
+    }
+
+    /// `distill · T² · KL(softmax(p/T) ‖ softmax(q/T))` by hand in f64, `distill = 0.5`.
+    fn softened_kl(t: f64, p: &[f32], q: &[f32]) -> f64 {
         let soft = |v: &[f32]| -> Vec<f64> {
-            let e: Vec<f64> = v.iter().map(|&x| (f64::from(x) / 4.0).exp()).collect();
+            let e: Vec<f64> = v.iter().map(|&x| (f64::from(x) / t).exp()).collect();
             let s: f64 = e.iter().sum();
             e.iter().map(|x| x / s).collect()
         };
-        let (ps, qs) = (soft(&stored), soft(&now));
+        let (ps, qs) = (soft(p), soft(q));
         let kl: f64 = ps.iter().zip(&qs).map(|(p, q)| p * (p / q).ln()).sum();
-        let want = 0.5 * 16.0 * kl;
+        0.5 * t * t * kl
+    }
+
+    #[test]
+    fn logit_replay_penalty_equals_the_softened_kl_by_hand() {
+        let (stored, now) = ([1.0f32, 0.0, -1.0], [0.0f32, 1.0, 0.0]);
+        let got = one_memory_row(4.0, stored, now, None)
+            .0
+            .into_scalar::<f32>();
+        let want = softened_kl(4.0, &stored, &now);
         assert!(want > 0.05, "the example is not degenerate: {want}");
         assert!((f64::from(got) - want).abs() < 1e-5, "{got} vs {want}");
+    }
+
+    #[test]
+    fn logit_replay_keeps_to_the_classes_the_mask_allows() {
+        // Task-incremental: a memory row's logits are masked to its task's classes when stored
+        // and when replayed; the penalty is the KL over those classes only, whatever the
+        // masked logit of the model (here 50, which would dominate an unmasked softmax).
+        let (pen, logits) = one_memory_row(
+            2.0,
+            [1.0, 0.0, -1e9],
+            [0.0, 1.0, 50.0],
+            Some([0.0, 0.0, -1e9]),
+        );
+        let got = pen.clone().into_scalar::<f32>();
+        let want = softened_kl(2.0, &[1.0, 0.0], &[0.0, 1.0]);
+        assert!((f64::from(got) - want).abs() < 1e-5, "{got} vs {want}");
+        // No gradient reaches the masked logit.
+        let g = logits.grad(&pen.backward()).unwrap();
+        let g: Vec<f32> = g.into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(g[5], 0.0);
+        assert!(g[3].abs() > 1e-3);
     }
 
     fn toy_stream() -> Stream {
@@ -1268,54 +1301,6 @@ mod tests {
         };
         let cfg: DataConfig = toml::from_str("dataset = \"fashion-mnist\"").unwrap();
         Stream::build(Arc::new(ds), &cfg, 0).unwrap()
-    }
-
-    #[test]
-    fn logit_replay_keeps_to_the_classes_the_mask_allows() {
-        // Task-incremental: a memory row's logits are masked to its task's classes when stored
-        // and when replayed; the penalty is the KL over those classes only, whatever the
-        // masked logit of the model (here 50, which would dominate an unmasked softmax).
-        let device = Device::flex().autodiff();
-        let p = ReplayParams {
-            distill: 0.5,
-            temperature: 2.0,
-            ..ReplayParams::default()
-        };
-        let mut r = Replay::new(p, 5, None).unwrap();
-        r.targets = Some(Tensor::from_data(
-            TensorData::new(vec![1.0f32, 0.0, -1e9], [1, 3]),
-            &device,
-        ));
-        let logits = Tensor::<2>::from_data(
-            TensorData::new(vec![5.0f32, -5.0, 0.0, 0.0, 1.0, 50.0], [2, 3]),
-            &device,
-        )
-        .require_grad();
-        let batch = Batch {
-            x: Tensor::zeros([2, 1], &device),
-            y: Tensor::zeros([2], &device),
-            weights: None,
-            logit_mask: Some(Tensor::from_data(
-                TensorData::new(vec![0.0f32, 0.0, -1e9, 0.0, 0.0, -1e9], [2, 3]),
-                &device,
-            )),
-            refs: vec![SampleRef { task: 0, index: 0 }; 2],
-            new_samples: 1,
-        };
-        let pen = r.logit_penalty(&logits, &batch).unwrap();
-        let got = pen.clone().into_scalar::<f32>();
-        let soft = |a: f64, b: f64| {
-            let (ea, eb) = ((a / 2.0).exp(), (b / 2.0).exp());
-            (ea / (ea + eb), eb / (ea + eb))
-        };
-        let ((p0, p1), (q0, q1)) = (soft(1.0, 0.0), soft(0.0, 1.0));
-        let want = 0.5 * 4.0 * (p0 * (p0 / q0).ln() + p1 * (p1 / q1).ln());
-        assert!((f64::from(got) - want).abs() < 1e-5, "{got} vs {want}");
-        // No gradient reaches the masked logit.
-        let g = logits.grad(&pen.backward()).unwrap();
-        let g: Vec<f32> = g.into_data().try_to_vec::<f32>().unwrap();
-        assert_eq!(g[5], 0.0);
-        assert!(g[3].abs() > 1e-3);
     }
 
     #[test]

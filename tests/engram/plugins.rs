@@ -6,7 +6,7 @@
 //! The libraries are built by `cargo build --release --workspace` (the README's test command
 //! runs it first); these tests never start a nested cargo build.
 
-use crate::util::{engram, fmnist_dir, output, run_quiet, small_config};
+use crate::util::{engram, fmnist_dir, output, run, run_quiet, small_config};
 use engram::core::Error;
 use engram::core::burn::optim::GradientsParams;
 use engram::core::burn::tensor::{Tensor, TensorData};
@@ -375,26 +375,12 @@ fn a_plugin_that_panics_mid_training_stops_the_run_with_a_typed_error_and_keeps_
         assert!(!out.join("report.json").exists());
         // The checkpoint of step 4 is intact: evaluating it works.
         assert!(out.join("checkpoints/step-00000004").is_dir(), "{msg}");
-        let mut c = engram();
-        c.args([
-            "eval",
-            out.to_str().unwrap(),
-            "--json",
-            "--plugin",
-            fixture.to_str().unwrap(),
-        ]);
-        let (code, msg) = output(c.output().unwrap());
+        let (out_s, plugin) = (out.to_str().unwrap(), fixture.to_str().unwrap());
+        let (code, msg) = run(&["eval", out_s, "--json", "--plugin", plugin]);
         assert_eq!(code, 0, "{msg}");
         assert!(msg.contains("\"accuracy\""), "{msg}");
         // Without --json, a mid-task checkpoint prints its position and every task's accuracy.
-        let mut c = engram();
-        c.args([
-            "eval",
-            out.to_str().unwrap(),
-            "--plugin",
-            fixture.to_str().unwrap(),
-        ]);
-        let (code, msg) = output(c.output().unwrap());
+        let (code, msg) = run(&["eval", out_s, "--plugin", plugin]);
         assert_eq!(code, 0, "{msg}");
         assert!(
             msg.contains("4 step(s) of task 0") && msg.contains("T0") && msg.contains("mean"),

@@ -821,9 +821,9 @@ fn run_inner(
                     if interrupted {
                         bar.finish_and_clear();
                         return Err(Error::Interrupted(format!(
-                            "stopped at task {round}, step {} after writing a checkpoint; continue with `engram resume {}`",
-                            pr.step_in_task,
-                            opts.out.display()
+                            "stopped {} at task {round}, step {} after writing a checkpoint",
+                            opts.out.display(),
+                            pr.step_in_task
                         )));
                     }
                 }
