@@ -154,10 +154,12 @@ fn hint_suffix(hint: &Option<String>) -> String {
 
 impl Error {
     /// The CLI exit code: `2` for bad input (config, data, a plugin that cannot be loaded,
-    /// device, a missing or damaged checkpoint), `1` otherwise (including a plugin strategy
-    /// that panicked during a run).
+    /// device, a missing or damaged checkpoint), `130` for a run stopped by Ctrl-C after its
+    /// checkpoint (128 + SIGINT, the shell's convention, so a script can tell it from a
+    /// failure), `1` otherwise (including a plugin strategy that panicked during a run).
     pub fn exit_code(&self) -> i32 {
         match self {
+            Error::Interrupted(_) => 130,
             Error::Config { .. }
             | Error::ConfigFile { .. }
             | Error::DatasetMissing { .. }

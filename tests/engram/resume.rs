@@ -1,6 +1,7 @@
 //! Killed runs resume to the same result: SIGKILL-equivalent aborts at exact points through
 //! the `ENGRAM_FAILPOINT` variable (mid-task, mid-checkpoint-write), a corrupted checkpoint
-//! falls back to the previous one, and the final report equals an uninterrupted run's.
+//! falls back to the previous one, a real Ctrl-C (SIGINT) checkpoints and exits 130, and the
+//! final report equals an uninterrupted run's.
 
 use crate::util::{engram, output, run, run_quiet, small_config};
 use serde_json::Value;
@@ -229,4 +230,49 @@ fn a_killed_multi_seed_run_resumes_every_seed() {
     for s in ["seed-0", "seed-1"] {
         assert_eq!(stable(&cut.join(s)), stable(&full.join(s)), "{s}");
     }
+}
+
+/// Ctrl-C (a real SIGINT) stops a run at the next step after writing a checkpoint, exits
+/// 130 (128 + SIGINT) with the resume command, and `engram resume` finishes it to the same
+/// report as an uninterrupted run.
+#[test]
+fn ctrl_c_writes_a_checkpoint_exits_130_and_resumes_to_the_same_report() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "c.toml", "epochs = 30\ncheckpoint_every = 1000\n");
+    let full = d.path().join("full");
+    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+
+    let cut = d.path().join("cut");
+    let child = engram()
+        .args(["run", cfg.to_str().unwrap(), "--out", cut.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Signal once training has started (run.json is written before the first step).
+    let started = std::time::Instant::now();
+    while !cut.join("run.json").exists() {
+        assert!(started.elapsed().as_secs() < 60, "the run never started");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let status = std::process::Command::new("sh")
+        .args(["-c", &format!("kill -INT {}", child.id())])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (code, msg) = output(child.wait_with_output().unwrap());
+    assert_eq!(code, 130, "{msg}");
+    assert!(msg.contains("interrupted; writing a checkpoint"), "{msg}");
+    assert!(
+        msg.contains(&format!("engram resume {}", cut.display())),
+        "{msg}"
+    );
+    assert!(!cut.join("report.json").exists(), "stopped before the end");
+    let checkpoints = std::fs::read_dir(cut.join("checkpoints")).unwrap().count();
+    assert!(checkpoints >= 1, "a checkpoint was written on Ctrl-C");
+    let (code, msg) = run(&["resume", cut.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(stable(&full), stable(&cut));
 }
