@@ -466,7 +466,11 @@ fn dispatch(cli: &Cli) -> Result<()> {
             Ok(())
         }
         Command::Compare { dirs } => {
-            print!("{}", engram::report::compare(dirs)?);
+            let (table, warnings) = engram::report::compare(dirs)?;
+            print!("{table}");
+            for w in warnings {
+                eprintln!("{w}");
+            }
             Ok(())
         }
     }

@@ -815,6 +815,9 @@ pub struct RunRow {
     pub peak_mib: Option<Stat>,
     /// The final model's parameters, thousands.
     pub params_k: Option<Stat>,
+    /// The run's `[data]` section with every default filled in (from its report's `config`;
+    /// the first seed's for a `--seeds` directory): what the figures were measured on.
+    pub data: serde_json::Value,
 }
 
 /// Reads the headline figures of a run directory: `dir/report.json` for a single run, else
@@ -873,6 +876,9 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
             total_s: Stat::of(&time),
             peak_mib: Stat::of(&peak),
             params_k: Stat::of(&params),
+            data: reports
+                .first()
+                .map_or(serde_json::Value::Null, |r| r.config["data"].clone()),
         });
     }
     let r = load_report(dir)?;
@@ -887,7 +893,39 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
         total_s: Stat::single(Some(r.timings.total_s)),
         peak_mib: Stat::single(Some(r.memory.peak_bytes as f64 / MIB)),
         params_k: Stat::single(Some(r.memory.parameters as f64 / 1e3)),
+        data: r.config["data"].clone(),
     })
+}
+
+/// The `[data]` keys on which `rows` differ (aside from `path`, where the files were read
+/// from, and `mask_logits`, a choice of method that leaves the final accuracies defined alike),
+/// each as `key: value per run` — figures measured on other tasks, splits or samples are not
+/// comparable. Empty when the runs agree.
+pub fn data_differences(rows: &[RunRow]) -> Vec<String> {
+    let mut keys: Vec<&String> = rows
+        .iter()
+        .filter_map(|r| r.data.as_object())
+        .flat_map(|o| o.keys())
+        .filter(|k| !matches!(k.as_str(), "path" | "mask_logits"))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| {
+            rows.iter()
+                .any(|r| r.data.get(k.as_str()) != rows[0].data.get(k.as_str()))
+        })
+        .map(|k| {
+            let values: Vec<String> = rows
+                .iter()
+                .map(|r| {
+                    let v = r.data.get(k.as_str()).unwrap_or(&serde_json::Value::Null);
+                    format!("{} {v}", r.name)
+                })
+                .collect();
+            format!("data.{k}: {}", values.join(", "))
+        })
+        .collect()
 }
 
 /// The `engram compare` table: a header and one row per run, columns aligned.
@@ -957,16 +995,31 @@ pub fn compare_table(rows: &[RunRow]) -> String {
     s
 }
 
-/// `engram compare DIR...`: [`run_row`] for each directory, then [`compare_table`].
+/// `engram compare DIR...`: [`run_row`] for each directory, then [`compare_table`], and a
+/// warning line for each `[data]` key on which the runs differ ([`data_differences`]): a
+/// validation figure next to a test figure, or runs on other task splits, would look
+/// comparable in the table and are not. Returns the table and the warnings (the CLI prints
+/// them on standard error).
 ///
 /// # Errors
 /// The first error of [`run_row`].
-pub fn compare(dirs: &[PathBuf]) -> Result<String> {
+pub fn compare(dirs: &[PathBuf]) -> Result<(String, Vec<String>)> {
     let rows = dirs
         .iter()
         .map(|d| run_row(d))
         .collect::<Result<Vec<_>>>()?;
-    Ok(compare_table(&rows))
+    let diff = data_differences(&rows);
+    let warnings = if diff.is_empty() {
+        Vec::new()
+    } else {
+        std::iter::once(
+            "warning: these runs were measured on different data; their figures are not comparable:"
+                .to_string(),
+        )
+        .chain(diff.into_iter().map(|d| format!("  {d}")))
+        .collect()
+    };
+    Ok((compare_table(&rows), warnings))
 }
 
 /// The strategy reference of the book (`book/src/reference.md`), generated from `registry`:

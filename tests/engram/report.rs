@@ -2,7 +2,7 @@
 //! (`tests/fixtures/report/`: a 3-task run with `report.json` and `steps.csv`, and `seeds/`, a
 //! two-seed run with `aggregate.json`). No data set and no training.
 
-use crate::util::run;
+use crate::util::{engram, run};
 use engram::report::{self, FIGURE_SIZE, FIGURES};
 use std::path::{Path, PathBuf};
 
@@ -213,6 +213,52 @@ fn compare_prints_runs_side_by_side() {
     // Columns line up: every row has the same width up to the last column.
     let ends: Vec<usize> = lines.iter().map(|l| l.chars().count()).collect();
     assert!(ends.iter().all(|&e| e == ends[0]), "{out}");
+
+    // Runs measured on different data get a warning naming the key and each run's value
+    // (the two fixtures agree, so the output above has no warning).
+    let other = tempfile::tempdir().unwrap();
+    let mut r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(single.join("report.json")).unwrap()).unwrap();
+    r["config"]["data"]["evaluate_on"] = "validation".into();
+    r["config"]["data"]["validation"] = 0.1.into();
+    r["config"]["data"]["path"] = "/elsewhere".into();
+    std::fs::write(other.path().join("report.json"), r.to_string()).unwrap();
+    let o = engram()
+        .args([
+            "compare",
+            single.to_str().unwrap(),
+            other.path().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stdout.lines().count(),
+        3,
+        "the table alone on stdout: {stdout}"
+    );
+    let warn: Vec<&str> = stderr.lines().collect();
+    assert_eq!(warn.len(), 3, "{stderr}");
+    assert!(warn[0].contains("not comparable"), "{stderr}");
+    let other_name = other.path().display().to_string();
+    assert_eq!(
+        warn[1],
+        format!(
+            "  data.evaluate_on: {} \"test\", {other_name} \"validation\"",
+            single.display()
+        )
+    );
+    assert_eq!(
+        warn[2],
+        format!(
+            "  data.validation: {} 0.0, {other_name} 0.1",
+            single.display()
+        )
+    );
 
     let missing = tempfile::tempdir().unwrap();
     let (code, out) = run(&[
