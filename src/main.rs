@@ -314,7 +314,7 @@ fn dispatch(cli: &Cli) -> Result<()> {
         Command::Resume { out } => resume(cli, &registry, out),
         Command::Validate { config, sets } => {
             let cfg = LoadedConfig::load(config, sets)?;
-            let p = trainer::prepare(cfg, &registry)?;
+            let p = prepare(cfg, &registry, sets)?;
             if !cli.quiet {
                 println!(
                     "{}: ok ({} tasks, {} forgetting, {} memory, {} scheduler strategies; data from {})",
@@ -483,6 +483,14 @@ fn default_out(config: &Path) -> PathBuf {
     PathBuf::from("runs").join(stem)
 }
 
+/// [`trainer::prepare`], with an error found at the value a `--set` override wrote (a
+/// strategy key of the wrong type, say) blamed on that override rather than on a position
+/// in the rewritten config.
+fn prepare(cfg: LoadedConfig, registry: &Registry, sets: &[String]) -> Result<trainer::Prepared> {
+    let src = cfg.source.clone();
+    trainer::prepare(cfg, registry).map_err(|e| engram::core::config::blame_override(e, &src, sets))
+}
+
 fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
     let mut sets = args.sets.clone();
     if let Some(d) = &args.device {
@@ -522,7 +530,7 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
             LoadedConfig::load(&args.config, &sets)
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut first = Some(trainer::prepare(configs[0].clone(), registry)?);
+    let mut first = Some(prepare(configs[0].clone(), registry, &sets)?);
     let dirs: Vec<PathBuf> = configs
         .iter()
         .map(|c| {
@@ -562,7 +570,7 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
         let seed = cfg.config.run.seed;
         let p = match first.take() {
             Some(p) => p,
-            None => trainer::prepare(cfg, registry)?,
+            None => prepare(cfg, registry, &sets)?,
         };
         if cli.verbose > 0 {
             let names = |v: Vec<&str>| {

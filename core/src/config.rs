@@ -362,6 +362,102 @@ pub fn line_col(src: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
+/// The byte offset of 1-based `line:column` (in characters) in `src`, the inverse of
+/// [`line_col`]; `None` past the end.
+fn offset_of(src: &str, line: usize, column: usize) -> Option<usize> {
+    let start: usize = src
+        .split_inclusive('\n')
+        .take(line.checked_sub(1)?)
+        .map(str::len)
+        .sum();
+    let rest = src.get(start..)?;
+    let col = rest
+        .char_indices()
+        .nth(column.checked_sub(1)?)
+        .map_or(rest.len(), |(i, _)| i);
+    Some(start + col)
+}
+
+/// The dotted path (`forgetting.1.update_logits`; arrays of tables by index) of the innermost
+/// key whose key or value spans byte `offset` of the TOML text `src`; `None` when the text
+/// does not parse or no key is there.
+pub fn key_at(src: &str, offset: usize) -> Option<String> {
+    // A table's own span is not reliable (a `[section]` header's table spans the header
+    // only), so tables are always searched; keys and scalar values by their spans.
+    fn walk(t: &DeTable<'_>, offset: usize) -> Option<Vec<String>> {
+        let at =
+            |s: std::ops::Range<usize>| s.contains(&offset) || (s.end == offset && s.end > s.start);
+        for (k, v) in t {
+            let key = k.get_ref().to_string();
+            let found = match v.get_ref() {
+                DeValue::Table(inner) => walk(inner, offset),
+                DeValue::Array(items) => items.iter().enumerate().find_map(|(i, item)| match item
+                    .get_ref()
+                {
+                    DeValue::Table(inner) => walk(inner, offset).map(|mut p| {
+                        p.insert(0, i.to_string());
+                        p
+                    }),
+                    _ => None,
+                }),
+                _ => None,
+            };
+            if let Some(mut p) = found {
+                p.insert(0, key);
+                return Some(p);
+            }
+            if at(k.span()) || at(v.span()) {
+                return Some(vec![key]);
+            }
+        }
+        None
+    }
+    let doc = DeTable::parse(src).ok()?;
+    walk(doc.get_ref(), offset).map(|p| p.join("."))
+}
+
+/// Blames a `--set` override for an error found at a position of the config text `src` with
+/// `sets` applied: when the key at the error's `line:column` is one that an override set
+/// (`--set forgetting.1.update_logits=1` for "invalid type: integer `1`, expected a
+/// boolean"), the error becomes [`Error::ConfigFile`] naming the override, since the line
+/// and column of a text the user never saw would not help. Other errors are returned
+/// unchanged.
+pub fn blame_override(err: Error, src: &str, sets: &[String]) -> Error {
+    let Error::Config {
+        file,
+        line,
+        column,
+        message,
+        hint,
+    } = err
+    else {
+        return err;
+    };
+    let culprit = offset_of(src, line, column)
+        .and_then(|o| key_at(src, o))
+        .and_then(|key| {
+            sets.iter().rev().find(|s| {
+                s.split_once('=').is_some_and(|(k, _)| {
+                    k.split('.').map(str::trim).collect::<Vec<_>>().join(".") == key
+                })
+            })
+        });
+    match culprit {
+        Some(set) => Error::ConfigFile {
+            file,
+            message: format!("--set `{set}`: {message}"),
+            hint,
+        },
+        None => Error::Config {
+            file,
+            line,
+            column,
+            message,
+            hint,
+        },
+    }
+}
+
 /// Suggests the closest of `candidates` to `word` (Jaro–Winkler ≥ 0.8).
 pub fn did_you_mean<'a>(
     word: &str,
@@ -376,16 +472,41 @@ pub fn did_you_mean<'a>(
 }
 
 /// Hint for a serde message such as "unknown field `epochz`, expected one of `epochs`, …".
+/// A fix for a decoding error's `message`: the nearest valid key of an unknown field (or the
+/// list of valid keys), the nearest value of an unknown variant, and how to write a value of
+/// the expected type.
 fn hint_for(message: &str) -> Option<String> {
-    let field = message
-        .strip_prefix("unknown field `")?
-        .split('`')
-        .next()?
-        .to_string();
-    let expected: Vec<&str> = message.split('`').skip(3).step_by(2).collect();
-    did_you_mean(&field, expected.iter().copied())
-        .map(|s| format!("did you mean `{s}`?"))
-        .or_else(|| Some(format!("valid keys: {}", expected.join(", "))))
+    let quoted: Vec<&str> = message.split('`').skip(3).step_by(2).collect();
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let field = rest.split('`').next()?;
+        return did_you_mean(field, quoted.iter().copied())
+            .map(|s| format!("did you mean `{s}`?"))
+            .or_else(|| Some(format!("valid keys: {}", quoted.join(", "))));
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant `") {
+        let word = rest.split('`').next()?;
+        return did_you_mean(word, quoted.iter().copied())
+            .map(|s| format!("did you mean \"{s}\"?"));
+    }
+    if !(message.starts_with("invalid type:") || message.starts_with("invalid value:")) {
+        return None;
+    }
+    let expected = message.rsplit("expected ").next()?;
+    let hint = match expected {
+        "a boolean" => "write true or false, without quotes",
+        "usize" | "u64" | "u32" | "u16" | "u8" => {
+            "write a whole number ≥ 0, without quotes, e.g. 3"
+        }
+        "i64" | "i32" => "write a whole number, without quotes, e.g. 3",
+        "f64" | "f32" => "write a number, without quotes, e.g. 0.5",
+        "a string" => "put the value in double quotes, e.g. \"cpu\"",
+        e if e.starts_with("a sequence") => {
+            "write a list in brackets, e.g. [400, 400]; a list of [[section]] entries is set \
+             key by key, e.g. --set forgetting.0.lambda=100"
+        }
+        _ => return None,
+    };
+    Some(hint.into())
 }
 
 fn toml_error(file: &Path, src: &str, err: &toml::de::Error) -> Error {
@@ -501,8 +622,8 @@ impl LoadedConfig {
             hint: Some("a config is a TOML text file; see examples/split-fmnist.toml".into()),
         })?;
         let text = apply_overrides(file, &text, sets)?;
-        Self::from_source(file, text).map_err(|e| match e {
-            // Positions refer to the text with the overrides applied.
+        Self::from_source(file, text.clone()).map_err(|e| match blame_override(e, &text, sets) {
+            // Other positions refer to the text with the overrides applied.
             Error::Config {
                 file,
                 line,
@@ -934,6 +1055,77 @@ mod tests {
         );
         assert!(err.to_string().contains("did you mean `lambda`"), "{err}");
         assert_eq!(l.type_position("forgetting", 1), (9, 8));
+    }
+
+    #[test]
+    fn key_at_names_the_innermost_key_and_blame_names_the_override() {
+        let src = "[train]\nepochs = 3\n[[forgetting]]\ntype = \"ewc\"\n[[forgetting]]\n\
+                   type = \"replay\"\nsel = { a = 1 }\n";
+        let at = |line, col| key_at(src, offset_of(src, line, col).unwrap());
+        assert_eq!(at(2, 1).as_deref(), Some("train.epochs"));
+        assert_eq!(at(2, 10).as_deref(), Some("train.epochs"));
+        assert_eq!(at(4, 8).as_deref(), Some("forgetting.0.type"));
+        assert_eq!(at(6, 8).as_deref(), Some("forgetting.1.type"));
+        assert_eq!(at(7, 9).as_deref(), Some("forgetting.1.sel.a"));
+        assert_eq!(at(7, 7).as_deref(), Some("forgetting.1.sel"));
+        assert_eq!(key_at("not toml = [", 3), None);
+        assert_eq!(offset_of("ab\ncd", 2, 2), Some(4));
+
+        let err = |line, column| Error::Config {
+            file: "c.toml".into(),
+            line,
+            column,
+            message: "invalid type".into(),
+            hint: Some("h".into()),
+        };
+        let sets = ["forgetting.1.type=\"replay\"".to_string()];
+        // At the overridden key: the override is named instead of a position.
+        match blame_override(err(6, 8), src, &sets) {
+            Error::ConfigFile { message, hint, .. } => {
+                assert_eq!(
+                    message,
+                    "--set `forgetting.1.type=\"replay\"`: invalid type"
+                );
+                assert_eq!(hint.as_deref(), Some("h"));
+            }
+            e => panic!("{e:?}"),
+        }
+        // Elsewhere (another entry's key of the same name): unchanged.
+        assert!(matches!(
+            blame_override(err(4, 8), src, &sets),
+            Error::Config { line: 4, .. }
+        ));
+    }
+
+    #[test]
+    fn hints_for_types_and_variants() {
+        assert_eq!(
+            hint_for("invalid type: integer `1`, expected a boolean").as_deref(),
+            Some("write true or false, without quotes")
+        );
+        assert!(
+            hint_for("invalid value: integer `-1`, expected usize")
+                .unwrap()
+                .contains("whole number ≥ 0")
+        );
+        assert!(
+            hint_for("invalid type: string \"x\", expected f64")
+                .unwrap()
+                .contains("0.5")
+        );
+        assert_eq!(
+            hint_for("unknown variant `adamx`, expected one of `sgd`, `adam`, `adamw`").as_deref(),
+            Some("did you mean \"adam\"?")
+        );
+        assert_eq!(
+            hint_for("unknown variant `zzz`, expected one of `sgd`, `adam`"),
+            None
+        );
+        assert_eq!(
+            hint_for("unknown field `lamda`, expected one of `lambda`, `gamma`").as_deref(),
+            Some("did you mean `lambda`?")
+        );
+        assert_eq!(hint_for("something else"), None);
     }
 
     #[test]

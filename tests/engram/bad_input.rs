@@ -170,7 +170,42 @@ fn missing_config_and_bad_overrides() {
         "train.epochs=\"x\"",
     ]);
     assert_eq!(code, 2, "{msg}");
-    assert!(msg.contains("invalid type"), "{msg}");
+    // The override is named (not a line of the rewritten text), with how to write the type.
+    assert!(
+        msg.contains(
+            "ok.toml: --set `train.epochs=\"x\"`: invalid type: string \"x\", expected usize"
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("hint: write a whole number"), "{msg}");
+    // Also for a strategy key added by --set, checked when the strategy is built.
+    let strategy = format!(
+        "{}\n[[forgetting]]\ntype = \"replay\"\n",
+        std::fs::read_to_string(&f).unwrap()
+    );
+    std::fs::write(&f, strategy).unwrap();
+    for (set, want, hint) in [
+        (
+            "forgetting.0.update_logits=1",
+            "--set `forgetting.0.update_logits=1`: invalid type: integer `1`, expected a boolean",
+            "hint: write true or false",
+        ),
+        (
+            "forgetting.0.selection=\"herd\"",
+            "--set `forgetting.0.selection=\"herd\"`: unknown variant `herd`",
+            "hint: did you mean \"herding\"?",
+        ),
+        (
+            "forgetting.0.capacityy=10",
+            "--set `forgetting.0.capacityy=10`: unknown field `capacityy`",
+            "hint: did you mean `capacity`?",
+        ),
+    ] {
+        let (code, msg) = run(&["validate", f.to_str().unwrap(), "--set", set]);
+        assert_eq!(code, 2, "{msg}");
+        assert!(msg.contains(want), "{set}: {msg}");
+        assert!(msg.contains(hint), "{set}: {msg}");
+    }
     let (code, msg) = run(&["validate", f.to_str().unwrap()]);
     assert_eq!(code, 0, "{msg}");
     assert!(msg.contains("ok (2 tasks"), "{msg}");
