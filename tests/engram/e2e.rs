@@ -79,6 +79,35 @@ fn two_real_tasks_report_and_metrics() {
     assert_eq!(steps.lines().count(), 1 + 4, "{steps}");
     assert!(steps.contains("\n0,0,15,15,"), "{steps}");
     assert!(out.join("config.toml").is_file());
+    // A healthy run learns each task: no at-chance warning.
+    assert!(!msg.contains("no better than chance"), "{msg}");
+    assert_eq!(r["events"], serde_json::json!([]));
+
+    // A model that does not learn (learning rate 1e-9) is flagged for every task, on stderr and
+    // in the report's events, instead of finishing silently.
+    let dead = d.path().join("dead");
+    let (code, msg) = run(&[
+        "run",
+        f.to_str().unwrap(),
+        "--out",
+        dead.to_str().unwrap(),
+        "-q",
+        "--set",
+        "optimizer.lr=1e-9",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    let r = report(&dead);
+    let m = matrix(&r);
+    let events = r["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{events:?}");
+    for (t, e) in events.iter().enumerate() {
+        assert_eq!(e["kind"], "at-chance");
+        assert_eq!(e["task"], t);
+        let says = format!("task {t} scores {:.3} right after training on it", m[t][t]);
+        assert!(e["message"].as_str().unwrap().starts_with(&says), "{e}");
+        assert!(msg.contains(&format!("warning: {says}")), "{msg}");
+        assert!(m[t][t] <= 0.52, "{m:?}");
+    }
 }
 
 #[test]

@@ -186,6 +186,32 @@ pub fn build_optimizer(cfg: &LoadedConfig) -> ModuleOptimizer {
     }
 }
 
+/// Warns (on standard error and as an `at-chance` event of the report) when task `t`, just
+/// trained, scores no better than chance on its own evaluation rows: `row[t] ≤ 1/classes +
+/// 0.02`, `classes` the task's class count. A model that collapsed to predicting one class
+/// keeps a finite loss, so the divergence check does not stop it; without this the run would
+/// finish silently with a dead model.
+fn check_learned(t: usize, classes: usize, row: &[Option<f64>], events: &mut Vec<Event>) {
+    let chance = 1.0 / classes.max(1) as f64;
+    let Some(acc) = row.get(t).copied().flatten() else {
+        return;
+    };
+    if acc > chance + 0.02 {
+        return;
+    }
+    let message = format!(
+        "task {t} scores {acc:.3} right after training on it, no better than chance ({chance:.3}): \
+         the model collapsed or did not learn the task (lower the learning rate, add \
+         [train] clip_norm, or check the strategies' settings)"
+    );
+    eprintln!("warning: {message}");
+    events.push(Event {
+        task: t,
+        kind: "at-chance".into(),
+        message,
+    });
+}
+
 /// Cross-entropy of `logits` `[batch, classes]` against `batch.y`, per sample `[batch]`,
 /// after adding the batch's logit mask.
 pub fn per_sample_cross_entropy(logits: Tensor<2>, batch: &Batch) -> Tensor<1> {
@@ -905,6 +931,14 @@ fn run_inner(
         pr.eval_samples += eval_samples;
         meter.finish(&inner, &mut pr.memory.eval);
         pr.timings.eval_s += te.elapsed().as_secs_f64();
+        if !joint {
+            check_learned(
+                round,
+                stream.tasks[round].classes.len(),
+                &row,
+                &mut pr.events,
+            );
+        }
         pr.matrix.push(row);
         let mut rollback = None;
         for s in p.schedulers.iter_mut() {
