@@ -815,8 +815,8 @@ pub struct RunRow {
     pub peak_mib: Option<Stat>,
     /// The final model's parameters, thousands.
     pub params_k: Option<Stat>,
-    /// The run's `[data]` section with every default filled in (from its report's `config`;
-    /// the first seed's for a `--seeds` directory): what the figures were measured on.
+    /// What the figures were measured on ([`benchmark`]; the first seed's for a `--seeds`
+    /// directory).
     pub data: serde_json::Value,
 }
 
@@ -876,9 +876,7 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
             total_s: Stat::of(&time),
             peak_mib: Stat::of(&peak),
             params_k: Stat::of(&params),
-            data: reports
-                .first()
-                .map_or(serde_json::Value::Null, |r| r.config["data"].clone()),
+            data: reports.first().map_or(serde_json::Value::Null, benchmark),
         });
     }
     let r = load_report(dir)?;
@@ -893,20 +891,48 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
         total_s: Stat::single(Some(r.timings.total_s)),
         peak_mib: Stat::single(Some(r.memory.peak_bytes as f64 / MIB)),
         params_k: Stat::single(Some(r.memory.parameters as f64 / 1e3)),
-        data: r.config["data"].clone(),
+        data: benchmark(&r),
     })
 }
 
-/// The `[data]` keys on which `rows` differ (aside from `path`, where the files were read
-/// from, and `mask_logits`, a choice of method that leaves the final accuracies defined alike),
-/// each as `key: value per run` — figures measured on other tasks, splits or samples are not
-/// comparable. Empty when the runs agree.
+/// What a run's figures were measured on, as the run itself saw it (defaults resolved): the
+/// data set (`data.dataset`), the `scenario`, the evaluation split (`data.evaluate_on`) and
+/// the task split (`tasks`: the count, each task's classes and the training and evaluation
+/// samples in all). Two runs with the same values were scored on the same task sequence.
+pub fn benchmark(r: &Report) -> serde_json::Value {
+    let classes: Vec<String> = r
+        .tasks
+        .iter()
+        .map(|t| {
+            t.classes
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let train: usize = r.tasks.iter().map(|t| t.train_samples).sum();
+    let eval: usize = r.tasks.iter().map(|t| t.eval_samples).sum();
+    serde_json::json!({
+        "data.dataset": r.config["data"]["dataset"],
+        "scenario": r.scenario,
+        "data.evaluate_on": r.config["data"]["evaluate_on"],
+        "tasks": format!(
+            "{} tasks (classes {}), {train} training and {eval} evaluation samples",
+            r.tasks.len(),
+            classes.join(" | ")
+        ),
+    })
+}
+
+/// The [`benchmark`] entries on which `rows` differ, each as `key: value per run` — figures
+/// measured on another data set, scenario, evaluation split or task split are not comparable.
+/// Empty when the runs agree.
 pub fn data_differences(rows: &[RunRow]) -> Vec<String> {
     let mut keys: Vec<&String> = rows
         .iter()
         .filter_map(|r| r.data.as_object())
         .flat_map(|o| o.keys())
-        .filter(|k| !matches!(k.as_str(), "path" | "mask_logits"))
         .collect();
     keys.sort();
     keys.dedup();
@@ -923,7 +949,7 @@ pub fn data_differences(rows: &[RunRow]) -> Vec<String> {
                     format!("{} {v}", r.name)
                 })
                 .collect();
-            format!("data.{k}: {}", values.join(", "))
+            format!("{k}: {}", values.join(", "))
         })
         .collect()
 }

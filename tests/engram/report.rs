@@ -220,8 +220,10 @@ fn compare_prints_runs_side_by_side() {
     let mut r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(single.join("report.json")).unwrap()).unwrap();
     r["config"]["data"]["evaluate_on"] = "validation".into();
-    r["config"]["data"]["validation"] = 0.1.into();
     r["config"]["data"]["path"] = "/elsewhere".into();
+    r["tasks"][0]["train_samples"] = 900.into();
+    // Keys written differently but meaning the same (an unset task count) are not flagged.
+    r["config"]["data"]["tasks"] = serde_json::Value::Null;
     std::fs::write(other.path().join("report.json"), r.to_string()).unwrap();
     let o = engram()
         .args([
@@ -252,11 +254,16 @@ fn compare_prints_runs_side_by_side() {
             single.display()
         )
     );
+    let tasks = |train: usize| {
+        format!("3 tasks (classes 0 1 | 2 3 | 4 5), {train} training and 1200 evaluation samples")
+    };
     assert_eq!(
         warn[2],
         format!(
-            "  data.validation: {} 0.0, {other_name} 0.1",
-            single.display()
+            "  tasks: {} {:?}, {other_name} {:?}",
+            single.display(),
+            tasks(3000),
+            tasks(2900)
         )
     );
 
