@@ -202,11 +202,18 @@ fn main() -> ExitCode {
         );
     }));
     let cli = Cli::parse();
-    // Ctrl-C: the trainer writes a checkpoint at the next step and stops; a second Ctrl-C
-    // exits at once.
-    let _ = ctrlc::set_handler(|| {
+    // Ctrl-C during `run` or `resume`: the trainer writes a checkpoint at the next step and
+    // stops; a second Ctrl-C exits at once. Any other command exits at once.
+    let training = matches!(cli.command, Command::Run(_) | Command::Resume { .. });
+    let _ = ctrlc::set_handler(move || {
         use std::sync::atomic::Ordering;
+        if !training {
+            std::process::exit(130);
+        }
         if trainer::INTERRUPTED.swap(true, Ordering::SeqCst) {
+            eprintln!(
+                "\nengram: quit without a new checkpoint; `engram resume OUT_DIR` continues from the last one"
+            );
             std::process::exit(130);
         }
         eprintln!(
@@ -483,15 +490,44 @@ fn default_out(config: &Path) -> PathBuf {
     PathBuf::from("runs").join(stem)
 }
 
-/// [`trainer::prepare`], with an error found at the value a `--set` override wrote (a
-/// strategy key of the wrong type, say) blamed on that override rather than on a position
-/// in the rewritten config.
+/// [`trainer::prepare`], with an error in a strategy's keys placed for the user by
+/// [`engram::core::config::relocate_override_error`]: blamed on the `--set` override that
+/// wrote a wrongly typed value, or positioned in the file as the user wrote it.
 fn prepare(cfg: LoadedConfig, registry: &Registry, sets: &[String]) -> Result<trainer::Prepared> {
-    let src = cfg.source.clone();
-    trainer::prepare(cfg, registry).map_err(|e| engram::core::config::blame_override(e, &src, sets))
+    let rewritten = cfg.source.clone();
+    let original = std::fs::read_to_string(&cfg.file).unwrap_or_else(|_| rewritten.to_string());
+    trainer::prepare(cfg, registry)
+        .map_err(|e| engram::core::config::relocate_override_error(e, &original, &rewritten, sets))
 }
 
 fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
+    run_with(cli, registry, args).map_err(|e| name_device_flag(e, args.device.as_deref()))
+}
+
+/// An error that blames the `run.device` override that `--device D` adds names the flag the
+/// user typed instead.
+fn name_device_flag(e: Error, device: Option<&str>) -> Error {
+    match (e, device) {
+        (
+            Error::ConfigFile {
+                file,
+                message,
+                hint,
+            },
+            Some(d),
+        ) => Error::ConfigFile {
+            file,
+            message: message.replace(
+                &format!("--set `run.device=\"{d}\"`"),
+                &format!("--device {d}"),
+            ),
+            hint,
+        },
+        (e, _) => e,
+    }
+}
+
+fn run_with(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
     let mut sets = args.sets.clone();
     if let Some(d) = &args.device {
         sets.push(format!("run.device=\"{d}\""));

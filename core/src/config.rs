@@ -391,14 +391,19 @@ pub fn key_at(src: &str, offset: usize) -> Option<String> {
             let key = k.get_ref().to_string();
             let found = match v.get_ref() {
                 DeValue::Table(inner) => walk(inner, offset),
-                DeValue::Array(items) => items.iter().enumerate().find_map(|(i, item)| match item
-                    .get_ref()
-                {
-                    DeValue::Table(inner) => walk(inner, offset).map(|mut p| {
-                        p.insert(0, i.to_string());
-                        p
-                    }),
-                    _ => None,
+                DeValue::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+                    let inner = match item.get_ref() {
+                        DeValue::Table(inner) => walk(inner, offset),
+                        _ => None,
+                    };
+                    match inner {
+                        Some(mut p) => {
+                            p.insert(0, i.to_string());
+                            Some(p)
+                        }
+                        None if at(item.span()) => Some(vec![i.to_string()]),
+                        None => None,
+                    }
                 }),
                 _ => None,
             };
@@ -416,13 +421,73 @@ pub fn key_at(src: &str, offset: usize) -> Option<String> {
     walk(doc.get_ref(), offset).map(|p| p.join("."))
 }
 
-/// Blames a `--set` override for an error found at a position of the config text `src` with
-/// `sets` applied: when the key at the error's `line:column` is one that an override set
-/// (`--set forgetting.1.update_logits=1` for "invalid type: integer `1`, expected a
-/// boolean"), the error becomes [`Error::ConfigFile`] naming the override, since the line
-/// and column of a text the user never saw would not help. Other errors are returned
-/// unchanged.
-pub fn blame_override(err: Error, src: &str, sets: &[String]) -> Error {
+/// The key span and value span (bytes) of the key at dotted `path` (arrays of tables by
+/// index; an index as the last part gives the entry's span twice) in the TOML text `src`.
+fn spans_of(src: &str, path: &str) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+    let doc = DeTable::parse(src).ok()?;
+    let parts: Vec<&str> = path.split('.').collect();
+    let mut table = doc.get_ref();
+    let mut i = 0;
+    loop {
+        let (k, v) = table.get_key_value(parts[i])?;
+        let (ks, vs) = (k.span(), v.span());
+        match (v.get_ref(), parts.get(i + 1)) {
+            (_, None) => return Some((ks, vs)),
+            (DeValue::Table(inner), Some(_)) => {
+                table = inner;
+                i += 1;
+            }
+            (DeValue::Array(items), Some(idx)) => {
+                let item = items.get(idx.parse::<usize>().ok()?)?;
+                if i + 2 == parts.len() {
+                    return Some((item.span(), item.span()));
+                }
+                let DeValue::Table(inner) = item.get_ref() else {
+                    return None;
+                };
+                table = inner;
+                i += 2;
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Whether `message` is a decoding error of serde (a wrong type, an unknown key or variant, a
+/// missing key): about the key or value at its position and nothing else.
+fn is_decode_error(message: &str) -> bool {
+    [
+        "invalid type:",
+        "invalid value:",
+        "invalid length",
+        "unknown variant",
+        "unknown field",
+        "missing field",
+        "data did not match any variant",
+    ]
+    .iter()
+    .any(|p| message.starts_with(p))
+}
+
+/// Places an error found in `rewritten` — the config text `original` with the `--set`
+/// overrides `sets` applied — for the user, who never saw `rewritten`:
+/// - a decoding error (wrong type, unknown key or variant) at a key that an override wrote, or
+///   inside a section an override created, names that override (as [`Error::ConfigFile`]:
+///   ``--set `forgetting.1.update_logits=1`: invalid type: integer `1`, expected a boolean``);
+/// - any other error at a key the file has gets that key's line and column in the file
+///   (overrides that add lines move everything after them), noting that the overrides were
+///   applied — a check over several keys reports at one of them, which need not be the one an
+///   override changed, so no override is blamed;
+/// - an error at a key only an override wrote says so, without a position;
+/// - the rest keep their position in the rewritten text, and say so.
+///
+/// Errors other than [`Error::Config`], and any error when `sets` is empty, are unchanged.
+pub fn relocate_override_error(
+    err: Error,
+    original: &str,
+    rewritten: &str,
+    sets: &[String],
+) -> Error {
     let Error::Config {
         file,
         line,
@@ -433,45 +498,86 @@ pub fn blame_override(err: Error, src: &str, sets: &[String]) -> Error {
     else {
         return err;
     };
-    let culprit = offset_of(src, line, column)
-        .and_then(|o| key_at(src, o))
-        .and_then(|key| {
-            sets.iter().rev().find(|s| {
-                s.split_once('=').is_some_and(|(k, _)| {
-                    k.split('.').map(str::trim).collect::<Vec<_>>().join(".") == key
-                })
-            })
-        });
-    match culprit {
-        Some(set) => Error::ConfigFile {
-            file,
-            message: format!("--set `{set}`: {message}"),
-            hint,
-        },
-        None => Error::Config {
-            file,
-            line,
-            column,
-            message,
-            hint,
-        },
+    let config = |line, column, message| Error::Config {
+        file: file.clone(),
+        line,
+        column,
+        message,
+        hint: hint.clone(),
+    };
+    if sets.is_empty() {
+        return config(line, column, message);
     }
+    let set_key = |s: &str| {
+        s.split_once('=')
+            .map(|(k, _)| k.split('.').map(str::trim).collect::<Vec<_>>().join("."))
+    };
+    let off = offset_of(rewritten, line, column);
+    let key = off.and_then(|o| key_at(rewritten, o));
+    if let (Some(off), Some(key)) = (off, &key) {
+        if is_decode_error(&message) {
+            let culprit = sets.iter().rev().find(|s| {
+                set_key(s).is_some_and(|k| k == *key || k.starts_with(&format!("{key}.")))
+            });
+            if let Some(set) = culprit {
+                return Error::ConfigFile {
+                    file,
+                    message: format!("--set `{set}`: {message}"),
+                    hint,
+                };
+            }
+        }
+        if let (Some((k1, v1)), Some((k0, v0))) =
+            (spans_of(rewritten, key), spans_of(original, key))
+        {
+            let at = if off >= v1.start {
+                v0.start + (off - v1.start).min(v0.len())
+            } else {
+                k0.start + off.saturating_sub(k1.start).min(k0.len())
+            };
+            let (line, column) = line_col(original, at);
+            return config(
+                line,
+                column,
+                format!("{message} (with the --set overrides applied)"),
+            );
+        }
+        // A key the file does not have: an override added it, and its position means nothing
+        // to the user.
+        if let Some(set) = sets
+            .iter()
+            .rev()
+            .find(|s| set_key(s).is_some_and(|k| k == *key))
+        {
+            return Error::ConfigFile {
+                file,
+                message: format!("{message} (at `{key}`, which --set `{set}` added)"),
+                hint,
+            };
+        }
+    }
+    config(
+        line,
+        column,
+        format!("{message} (position in the config with --set applied)"),
+    )
 }
 
-/// Suggests the closest of `candidates` to `word` (Jaro–Winkler ≥ 0.8).
+/// Suggests the closest of `candidates` to `word` (Jaro–Winkler ≥ 0.8, ignoring case: `RELU`
+/// finds `relu`).
 pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
+    let word = word.to_lowercase();
     candidates
         .into_iter()
-        .map(|c| (strsim::jaro_winkler(word, c), c))
+        .map(|c| (strsim::jaro_winkler(&word, &c.to_lowercase()), c))
         .filter(|(s, _)| *s >= 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, c)| c)
 }
 
-/// Hint for a serde message such as "unknown field `epochz`, expected one of `epochs`, …".
 /// A fix for a decoding error's `message`: the nearest valid key of an unknown field (or the
 /// list of valid keys), the nearest value of an unknown variant, and how to write a value of
 /// the expected type.
@@ -488,6 +594,14 @@ fn hint_for(message: &str) -> Option<String> {
         return did_you_mean(word, quoted.iter().copied())
             .map(|s| format!("did you mean \"{s}\"?"));
     }
+    if message.contains("untagged enum OneOrMany") {
+        return Some(
+            "a strategy entry is a table with `type = \"…\"` ([[scheduler]] in the file); \
+             --set changes the keys of the entries the file has (scheduler.0.k=v) but cannot \
+             add one: add it to the file"
+                .into(),
+        );
+    }
     if !(message.starts_with("invalid type:") || message.starts_with("invalid value:")) {
         return None;
     }
@@ -501,8 +615,9 @@ fn hint_for(message: &str) -> Option<String> {
         "f64" | "f32" => "write a number, without quotes, e.g. 0.5",
         "a string" => "put the value in double quotes, e.g. \"cpu\"",
         e if e.starts_with("a sequence") => {
-            "write a list in brackets, e.g. [400, 400]; a list of [[section]] entries is set \
-             key by key, e.g. --set forgetting.0.lambda=100"
+            "write a list in brackets, e.g. [400, 400]; --set changes the keys of the \
+             [[forgetting]], [[memory]] and [[scheduler]] entries the file has \
+             (forgetting.0.lambda=100) but cannot add one: add it to the file"
         }
         _ => return None,
     };
@@ -546,17 +661,28 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                 "write --set train.epochs=3",
             )
         })?;
-        let value: toml_edit::Value = value.trim().parse().or_else(|_| {
-            // A bare word is taken as a string: --set run.device=cpu.
-            Ok::<_, Error>(toml_edit::Value::from(value.trim()))
-        })?;
+        let v = value.trim();
+        let value: toml_edit::Value = match v.parse() {
+            Ok(value) => value,
+            // A bare word or path is taken as a string: --set run.device=cpu. Anything else
+            // that is not TOML (`.05`, `1e400`, a comment) is an error rather than a string
+            // that a type check would then reject with a misleading hint.
+            Err(_) if is_bare_string(v) => toml_edit::Value::from(v),
+            Err(_) => {
+                return Err(bad(
+                    format!("--set `{set}`: `{v}` is not a TOML value"),
+                    "a number needs a digit before its point (0.05) and must fit in 64 bits; a \
+                     string can be quoted (\"cpu\"); no comments",
+                ));
+            }
+        };
         if key.trim().is_empty() || key.split('.').any(|p| p.trim().is_empty()) {
             return Err(bad(
                 format!("--set `{set}` has an empty key"),
                 "write --set section.key=value, e.g. --set train.epochs=3",
             ));
         }
-        let parts: Vec<&str> = key.trim().split('.').collect();
+        let parts: Vec<&str> = key.trim().split('.').map(str::trim).collect();
         let (last, path) = parts.split_last().expect("split yields one part");
         let mut table: &mut dyn toml_edit::TableLike = doc.as_table_mut();
         let mut i = 0;
@@ -566,6 +692,12 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                 .entry(p)
                 .or_insert(toml_edit::Item::Table(toml_edit::Table::new()));
             if item.is_array_of_tables() {
+                if i + 1 == path.len() && last.parse::<usize>().is_ok() {
+                    return Err(bad(
+                        format!("--set `{set}`: an entry of `{p}` cannot be replaced whole"),
+                        "set its keys one by one, e.g. forgetting.0.lambda=100",
+                    ));
+                }
                 // Arrays of tables are addressed by index: `forgetting.0.lambda`.
                 let idx = path
                     .get(i + 1)
@@ -596,9 +728,43 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                 i += 1;
             }
         }
-        table.insert(last, toml_edit::Item::Value(value));
+        match table.get(last) {
+            Some(item) if item.is_table() || item.is_array_of_tables() => {
+                let whole = if path.is_empty() {
+                    last.to_string()
+                } else {
+                    format!("{}.{last}", path.join("."))
+                };
+                return Err(bad(
+                    format!(
+                        "--set `{set}`: `{whole}` is a section of the file; replacing it whole \
+                         would drop the keys it has"
+                    ),
+                    &format!("set its keys one by one: --set {whole}.KEY=VALUE"),
+                ));
+            }
+            _ => {
+                table.insert(last, toml_edit::Item::Value(value));
+            }
+        }
     }
     Ok(doc.to_string())
+}
+
+/// Whether an override's value that is not TOML may be taken as a string: a bare word or
+/// path (`cpu`, `/data/fmnist`, `./data`) — no spaces, quotes, brackets or `#`, and not
+/// shaped like a number (a digit first, or a sign or point before one).
+fn is_bare_string(v: &str) -> bool {
+    let unsigned = v.strip_prefix(['+', '-']).unwrap_or(v);
+    let numeric = unsigned
+        .strip_prefix('.')
+        .unwrap_or(unsigned)
+        .starts_with(|c: char| c.is_ascii_digit());
+    !v.is_empty()
+        && !numeric
+        && !v.chars().any(|c| {
+            c.is_whitespace() || matches!(c, '"' | '\'' | '[' | ']' | '{' | '}' | '#' | '=')
+        })
 }
 
 impl LoadedConfig {
@@ -621,24 +787,9 @@ impl LoadedConfig {
             ),
             hint: Some("a config is a TOML text file; see examples/split-fmnist.toml".into()),
         })?;
-        let text = apply_overrides(file, &text, sets)?;
-        Self::from_source(file, text.clone()).map_err(|e| match blame_override(e, &text, sets) {
-            // Other positions refer to the text with the overrides applied.
-            Error::Config {
-                file,
-                line,
-                column,
-                message,
-                hint,
-            } if !sets.is_empty() => Error::Config {
-                file,
-                line,
-                column,
-                message: format!("{message} (position in the config with --set applied)"),
-                hint,
-            },
-            other => other,
-        })
+        let rewritten = apply_overrides(file, &text, sets)?;
+        Self::from_source(file, rewritten.clone())
+            .map_err(|e| relocate_override_error(e, &text, &rewritten, sets))
     }
 
     /// Decodes TOML text that came from `file`.
@@ -758,7 +909,7 @@ impl LoadedConfig {
             return Err(self.error_at(
                 "train",
                 "clip_norm",
-                format!("clip_norm {v} must be positive"),
+                format!("clip_norm {v} must be a positive, finite number"),
                 Some("remove it to train without clipping".into()),
             ));
         }
@@ -1071,30 +1222,105 @@ mod tests {
         assert_eq!(key_at("not toml = [", 3), None);
         assert_eq!(offset_of("ab\ncd", 2, 2), Some(4));
 
-        let err = |line, column| Error::Config {
-            file: "c.toml".into(),
-            line,
-            column,
-            message: "invalid type".into(),
-            hint: Some("h".into()),
+        // Index 0 of an entry with no key there: the entry itself.
+        assert_eq!(at(3, 2).as_deref(), Some("forgetting.0"));
+    }
+
+    #[test]
+    fn override_errors_are_blamed_or_placed_in_the_file() {
+        let original = "[train]\nepochs = 3\n[[forgetting]]\ntype = \"ewc\"\nlambda = 5.0\n\
+                        [[forgetting]]\ntype = \"replay\"\n";
+        let sets = vec![
+            "train.batch=7".to_string(),
+            "forgetting.0.lambda=-1".to_string(),
+        ];
+        let rewritten = apply_overrides(Path::new("c.toml"), original, &sets).unwrap();
+        assert_ne!(
+            rewritten.find("lambda"),
+            original.find("lambda"),
+            "a line was added"
+        );
+        // An error at the `n`-th occurrence of `word` in the rewritten text.
+        let err = |word: &str, n: usize, message: &str| {
+            let o = rewritten.match_indices(word).nth(n).unwrap().0;
+            let (line, column) = line_col(&rewritten, o);
+            Error::Config {
+                file: "c.toml".into(),
+                line,
+                column,
+                message: message.into(),
+                hint: Some("h".into()),
+            }
         };
-        let sets = ["forgetting.1.type=\"replay\"".to_string()];
-        // At the overridden key: the override is named instead of a position.
-        match blame_override(err(6, 8), src, &sets) {
+        let place = |e| relocate_override_error(e, original, &rewritten, &sets);
+        // A decoding error at a key an override wrote: the override is named.
+        match place(err("-1", 0, "invalid type: integer `-1`, expected usize")) {
             Error::ConfigFile { message, hint, .. } => {
                 assert_eq!(
                     message,
-                    "--set `forgetting.1.type=\"replay\"`: invalid type"
+                    "--set `forgetting.0.lambda=-1`: invalid type: integer `-1`, expected usize"
                 );
                 assert_eq!(hint.as_deref(), Some("h"));
             }
             e => panic!("{e:?}"),
         }
-        // Elsewhere (another entry's key of the same name): unchanged.
+        // A check at that key (which may concern others too): its place in the file, line 5.
+        match place(err("lambda", 0, "lambda must be ≥ 0")) {
+            Error::Config {
+                line,
+                column,
+                message,
+                ..
+            } => {
+                assert_eq!((line, column), (5, 1));
+                assert_eq!(
+                    message,
+                    "lambda must be ≥ 0 (with the --set overrides applied)"
+                );
+            }
+            e => panic!("{e:?}"),
+        }
+        // A decoding error in the file, past the added line: line 7 of the file, column 8.
         assert!(matches!(
-            blame_override(err(4, 8), src, &sets),
-            Error::Config { line: 4, .. }
+            place(err("\"replay\"", 0, "unknown variant `replay`")),
+            Error::Config {
+                line: 7,
+                column: 8,
+                ..
+            }
         ));
+        // At a key only an override wrote: said so, without a position.
+        match place(err("batch", 0, "batch must be even")) {
+            Error::ConfigFile { message, .. } => assert_eq!(
+                message,
+                "batch must be even (at `train.batch`, which --set `train.batch=7` added)"
+            ),
+            e => panic!("{e:?}"),
+        }
+        // No overrides: unchanged.
+        let e = relocate_override_error(err("lambda", 0, "m"), original, &rewritten, &[]);
+        assert!(matches!(e, Error::Config { ref message, .. } if message == "m"));
+    }
+
+    #[test]
+    fn bare_strings_are_words_and_paths_not_numbers() {
+        for v in ["cpu", "/data/fmnist", "./data", "fashion-mnist", "a.b"] {
+            assert!(is_bare_string(v), "{v}");
+        }
+        for v in [
+            ".05",
+            "-.5",
+            "+1x",
+            "1e400",
+            "9x",
+            "\"a\" # c",
+            "a b",
+            "[1",
+            "",
+            "a=b",
+        ] {
+            assert!(!is_bare_string(v), "{v}");
+        }
     }
 
     #[test]

@@ -206,6 +206,36 @@ fn missing_config_and_bad_overrides() {
         assert!(msg.contains(want), "{set}: {msg}");
         assert!(msg.contains(hint), "{set}: {msg}");
     }
+    // Overrides that cannot be applied as meant are refused before anything is checked.
+    for (set, want) in [
+        ("optimizer.lr=.05", "`.05` is not a TOML value"),
+        ("train.epochs=3 # three", "`3 # three` is not a TOML value"),
+        (
+            "optimizer={type=\"adam\"}",
+            "`optimizer` is a section of the file; replacing it whole would drop the keys it has",
+        ),
+        (
+            "forgetting.0={type=\"ewc\"}",
+            "an entry of `forgetting` cannot be replaced whole",
+        ),
+    ] {
+        let (code, msg) = run(&["validate", f.to_str().unwrap(), "--set", set]);
+        assert_eq!(code, 2, "{msg}");
+        assert!(
+            msg.contains(&format!("--set `{set}`: {want}")),
+            "{set}: {msg}"
+        );
+    }
+    // A bare word is a string, and spaces around the key's parts do not matter.
+    let (code, msg) = run(&[
+        "validate",
+        f.to_str().unwrap(),
+        "--set",
+        "run.device=cpu",
+        "--set",
+        "train. epochs = 2",
+    ]);
+    assert_eq!(code, 0, "{msg}");
     let (code, msg) = run(&["validate", f.to_str().unwrap()]);
     assert_eq!(code, 0, "{msg}");
     assert!(msg.contains("ok (2 tasks"), "{msg}");
@@ -276,7 +306,7 @@ fn strategy_values_and_data_path_are_checked_with_positions() {
         ),
         (
             "[train]\nclip_norm = -1.0\n",
-            ":6:1: clip_norm -1 must be positive",
+            ":6:1: clip_norm -1 must be a positive, finite number",
         ),
         ("[data]\n", "duplicate key"),
     ];

@@ -192,7 +192,10 @@ impl Stream {
             Scenario::DomainIncremental => {
                 let tasks = cfg.tasks.unwrap_or(10);
                 if tasks == 0 || tasks > u16::MAX as usize {
-                    return Err(Error::Data(format!("tasks = {tasks}")));
+                    return Err(Error::Data(format!(
+                        "tasks = {tasks}: a domain-incremental stream needs 1 to {} tasks",
+                        u16::MAX
+                    )));
                 }
                 let perms = (0..tasks)
                     .map(|t| {

@@ -201,8 +201,9 @@ fn check_learned(t: usize, classes: usize, row: &[Option<f64>], events: &mut Vec
     }
     let message = format!(
         "task {t} scores {acc:.3} right after training on it, no better than chance ({chance:.3}): \
-         the model collapsed or did not learn the task (lower the learning rate, add \
-         [train] clip_norm, or check the strategies' settings)"
+         the model did not learn it — it collapsed to one class, the learning rate is far off, \
+         or the task has too few steps for the strategies to let it in (the book's \
+         troubleshooting chapter, \"A task is at chance right after training\")"
     );
     eprintln!("warning: {message}");
     events.push(Event {
