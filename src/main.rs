@@ -494,10 +494,12 @@ fn default_out(config: &Path) -> PathBuf {
 /// [`engram::core::config::relocate_override_error`]: blamed on the `--set` override that
 /// wrote a wrongly typed value, or positioned in the file as the user wrote it.
 fn prepare(cfg: LoadedConfig, registry: &Registry, sets: &[String]) -> Result<trainer::Prepared> {
-    let rewritten = cfg.source.clone();
-    let original = std::fs::read_to_string(&cfg.file).unwrap_or_else(|_| rewritten.to_string());
-    trainer::prepare(cfg, registry)
-        .map_err(|e| engram::core::config::relocate_override_error(e, &original, &rewritten, sets))
+    let (file, rewritten) = (cfg.file.clone(), cfg.source.clone());
+    trainer::prepare(cfg, registry).map_err(|e| {
+        // The file as the user wrote it, read again only to place an error.
+        let original = std::fs::read_to_string(&file).unwrap_or_else(|_| rewritten.to_string());
+        engram::core::config::relocate_override_error(e, &original, &rewritten, sets)
+    })
 }
 
 fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
