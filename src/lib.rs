@@ -18,6 +18,7 @@ pub mod bench;
 pub mod fetch;
 pub mod report;
 pub mod summary;
+pub mod sweep;
 
 pub use engram_core as core;
 pub use engram_strategies as strategies;

@@ -104,6 +104,74 @@ enum Command {
         /// Run output directories; a directory of `--seeds` runs shows mean ± std.
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
+        /// Also draw the comparison figure (ACC and retention per run) into this directory
+        /// as compare.png and compare.svg.
+        #[arg(long, value_name = "DIR")]
+        plots: Option<PathBuf>,
+    },
+    /// Grids of runs: a sweep file's configs × axes × seeds, run here N at a time or as a
+    /// Slurm job array, then aggregated.
+    Sweep {
+        #[command(subcommand)]
+        command: SweepCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SweepCommand {
+    /// Print the grid and check every run's config (keys, strategies, data) before anything
+    /// starts.
+    Validate {
+        /// The sweep file.
+        sweep: PathBuf,
+    },
+    /// Run the grid on this machine, N runs at a time; finished runs are skipped, interrupted
+    /// ones resumed from their checkpoints, and a failed run does not stop the others.
+    Run {
+        /// The sweep file.
+        sweep: PathBuf,
+        /// The sweep's directory (default: `[sweep] out`, else `runs/<sweep name>`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Runs at a time.
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        /// Threads per run (default: the machine's cores divided by --jobs, at least 1).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// Write the grid's unfinished runs as one Slurm job-array script and submit it with
+    /// sbatch (or print it with --print).
+    Submit {
+        /// The sweep file.
+        sweep: PathBuf,
+        /// The sweep's directory, on a file system the cluster's nodes share (default:
+        /// `[sweep] out`, else `runs/<sweep name>`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print the script instead of submitting it (writes nothing).
+        #[arg(long)]
+        print: bool,
+    },
+    /// Say which runs of a sweep's directory are done, running, failed, interrupted or
+    /// pending (with Slurm's view of its array tasks where squeue or sacct answer).
+    Status {
+        /// The sweep's directory.
+        dir: PathBuf,
+    },
+    /// Collect every finished run into one table grouped by the swept axes (mean ± std over
+    /// seeds): DIR/sweep.json, DIR/sweep.csv and DIR/plots/compare.{png,svg}.
+    Report {
+        /// The sweep's directory.
+        dir: PathBuf,
+    },
+    /// Execute one run of a sweep's grid in the foreground: what each Slurm array task runs.
+    Task {
+        /// The sweep's directory (holds grid.json).
+        dir: PathBuf,
+        /// The run's position in the grid (the array task id).
+        #[arg(long)]
+        index: usize,
     },
 }
 
@@ -204,7 +272,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Ctrl-C during `run` or `resume`: the trainer writes a checkpoint at the next step and
     // stops; a second Ctrl-C exits at once. Any other command exits at once.
-    let training = matches!(cli.command, Command::Run(_) | Command::Resume { .. });
+    let training = matches!(
+        cli.command,
+        Command::Run(_)
+            | Command::Resume { .. }
+            | Command::Sweep {
+                command: SweepCommand::Run { .. } | SweepCommand::Task { .. }
+            }
+    );
     let _ = ctrlc::set_handler(move || {
         use std::sync::atomic::Ordering;
         if !training {
@@ -472,13 +547,225 @@ fn dispatch(cli: &Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Compare { dirs } => {
+        Command::Compare { dirs, plots } => {
             let (table, warnings) = engram::report::compare(dirs)?;
             print!("{table}");
             for w in warnings {
                 eprintln!("{w}");
             }
+            if let Some(out) = plots {
+                let rows = dirs
+                    .iter()
+                    .map(|d| engram::report::run_row(d))
+                    .collect::<Result<Vec<_>>>()?;
+                std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+                for f in engram::report::render_rows(&rows, out)? {
+                    if !cli.quiet {
+                        println!("{}", f.display());
+                    }
+                }
+            }
             Ok(())
+        }
+        Command::Sweep { command } => sweep(cli, &registry, command),
+    }
+}
+
+/// Parses a sweep file and checks every run's config as `engram validate` does (each error
+/// placed at the axis value that caused it, or in the base config); returns the sweep.
+fn validated_sweep(registry: &Registry, file: &Path) -> Result<engram::sweep::Sweep> {
+    let sweep = engram::sweep::Sweep::load(file)?;
+    let mut errors: Vec<Error> = Vec::new();
+    for run in sweep.grid() {
+        let checked = LoadedConfig::load(&run.config, &run.sets)
+            .and_then(|cfg| prepare(cfg, registry, &run.sets).map(drop));
+        if let Err(e) = checked {
+            let e = sweep.place_error(&run, e);
+            if !errors.iter().any(|o| o.to_string() == e.to_string()) {
+                errors.push(e);
+            }
+        }
+    }
+    // Every distinct error in grid order; the last is the command's error.
+    match errors.pop() {
+        Some(last) => {
+            for e in &errors {
+                eprintln!("error: {e}");
+            }
+            Err(last)
+        }
+        None => Ok(sweep),
+    }
+}
+
+fn sweep_out(sweep: &engram::sweep::Sweep, out: &Option<PathBuf>) -> PathBuf {
+    out.clone()
+        .or_else(|| sweep.out.clone())
+        .unwrap_or_else(|| PathBuf::from("runs").join(&sweep.name))
+}
+
+fn sweep(cli: &Cli, registry: &Registry, command: &SweepCommand) -> Result<()> {
+    use engram::sweep::{aggregate, exec::Status, local, slurm};
+    let exe = std::env::current_exe().map_err(|e| Error::Other(format!("current_exe: {e}")))?;
+    match command {
+        SweepCommand::Validate { sweep: file } => {
+            let sweep = validated_sweep(registry, file)?;
+            let grid = sweep.grid();
+            if !cli.quiet {
+                for (i, r) in grid.iter().enumerate() {
+                    println!("{i:>4}  {}  {}", r.name, r.sets.join(" "));
+                }
+            }
+            println!(
+                "{}: ok ({} runs in {} cells; every run's config checked)",
+                file.display(),
+                grid.len(),
+                grid.iter()
+                    .map(|r| &r.cell)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len()
+            );
+            Ok(())
+        }
+        SweepCommand::Run {
+            sweep: file,
+            out,
+            jobs,
+            threads,
+        } => {
+            if *jobs == 0 || *threads == Some(0) {
+                return Err(Error::Usage(
+                    "sweep run: --jobs and --threads must be at least 1".into(),
+                ));
+            }
+            let sweep = validated_sweep(registry, file)?;
+            let dir = sweep_out(&sweep, out);
+            let manifest = sweep.manifest(&cli.plugins);
+            manifest.install(&dir, &sweep.source)?;
+            let threads = threads.unwrap_or_else(|| local::default_threads(*jobs));
+            if !cli.quiet {
+                eprintln!(
+                    "engram: sweep {} ({} runs, {jobs} at a time, {threads} thread{} each) -> {}",
+                    sweep.name,
+                    manifest.runs.len(),
+                    if threads == 1 { "" } else { "s" },
+                    dir.display()
+                );
+            }
+            let summary = local::run(&exe, &dir, &manifest, *jobs, threads, cli.quiet).map_err(
+                |e| match e {
+                    Error::Interrupted(m) => Error::Interrupted(format!(
+                        "{m}; continue with `engram sweep run {} --out {}`",
+                        file.display(),
+                        dir.display()
+                    )),
+                    other => other,
+                },
+            )?;
+            let (table, _) = aggregate::report(&dir)?;
+            if !cli.quiet {
+                print!("{table}");
+            }
+            let done = summary.skipped + summary.finished;
+            println!(
+                "sweep {}: {done} of {} runs done ({} now, {} before), {} failed{}; table in {}",
+                sweep.name,
+                summary.total,
+                summary.finished,
+                summary.skipped,
+                summary.failed.len(),
+                if summary.busy.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} running in another process", summary.busy.len())
+                },
+                dir.join("sweep.csv").display()
+            );
+            match summary.failed.first() {
+                Some((name, e)) => Err(Error::Other(format!(
+                    "{} of {} runs failed (first: {name}: {e}); `engram sweep status {}` lists them, and a rerun retries them",
+                    summary.failed.len(),
+                    summary.total,
+                    dir.display()
+                ))),
+                None => Ok(()),
+            }
+        }
+        SweepCommand::Submit {
+            sweep: file,
+            out,
+            print,
+        } => {
+            let sweep = validated_sweep(registry, file)?;
+            let dir = std::path::absolute(sweep_out(&sweep, out))
+                .map_err(|e| Error::Other(format!("--out: {e}")))?;
+            let manifest = sweep.manifest(&cli.plugins);
+            let todo: Vec<usize> = if dir.join(engram::sweep::grid::MANIFEST).is_file() {
+                (0..manifest.runs.len())
+                    .filter(|&i| {
+                        engram::sweep::exec::status(&dir, &manifest.runs[i]) != Status::Done
+                    })
+                    .collect()
+            } else {
+                (0..manifest.runs.len()).collect()
+            };
+            let engram_bin = slurm::engram_binary(&manifest);
+            let script = slurm::script(&manifest, &dir, &engram_bin, &todo);
+            if *print {
+                print!("{script}");
+                return Ok(());
+            }
+            manifest.install(&dir, &sweep.source)?;
+            if todo.is_empty() {
+                println!(
+                    "sweep {}: every run is done; nothing to submit ({})",
+                    sweep.name,
+                    dir.display()
+                );
+                return Ok(());
+            }
+            let sub = slurm::submit(&dir, &script, &todo)?;
+            println!(
+                "submitted job array {} ({} of {} runs) for sweep {}; `engram sweep status {}` follows it",
+                sub.job_id,
+                todo.len(),
+                manifest.runs.len(),
+                sweep.name,
+                dir.display()
+            );
+            Ok(())
+        }
+        SweepCommand::Status { dir } => {
+            print!("{}", aggregate::status(dir)?);
+            Ok(())
+        }
+        SweepCommand::Report { dir } => {
+            let (table, files) = aggregate::report(dir)?;
+            print!("{table}");
+            if !cli.quiet {
+                for f in files {
+                    println!("{}", f.display());
+                }
+            }
+            Ok(())
+        }
+        SweepCommand::Task { dir, index } => {
+            let status = slurm::task(&exe, dir, *index)?;
+            let m = engram::sweep::Manifest::read(dir)?;
+            let name = &m.runs[*index].name;
+            println!("run {index} ({name}): {}", status.word());
+            match status {
+                Status::Done | Status::Running => Ok(()),
+                Status::Interrupted => Err(Error::Interrupted(format!(
+                    "run {name} stopped before its report; its checkpoints are kept"
+                ))),
+                _ => Err(Error::Other(format!(
+                    "run {name} failed; its log is {}",
+                    engram::sweep::exec::RunPaths::of(dir, &m.runs[*index])
+                        .log
+                        .display()
+                ))),
+            }
         }
     }
 }

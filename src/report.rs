@@ -261,6 +261,24 @@ enum Figure<'a> {
     TaskAccuracy(&'a Report),
     Memory(&'a Report),
     LossLr(&'a [StepLog], &'a Report),
+    Rows(&'a [RunRow]),
+}
+
+/// Stem of the comparison figure [`render_rows`] writes.
+pub const COMPARE_FIGURE: &str = "compare";
+
+/// Renders the comparison figure of `rows` (`engram compare --plots`, `engram sweep report`)
+/// into the existing directory `out`: for each row, ACC and retention as horizontal bars with
+/// ± one standard deviation over seeds as whiskers.
+///
+/// # Returns
+/// `compare.png` and `compare.svg` in `out`.
+///
+/// # Errors
+/// As [`render`].
+pub fn render_rows(rows: &[RunRow], out: &Path) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    Ok(write_figure(&Figure::Rows(rows), out)?.to_vec())
 }
 
 type Drawn<DB> = std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
@@ -272,6 +290,7 @@ impl Figure<'_> {
             Figure::TaskAccuracy(_) => FIGURES[1],
             Figure::Memory(_) => FIGURES[2],
             Figure::LossLr(..) => FIGURES[3],
+            Figure::Rows(_) => COMPARE_FIGURE,
         }
     }
 
@@ -282,6 +301,7 @@ impl Figure<'_> {
             Figure::TaskAccuracy(r) => draw_task_accuracy(root, r),
             Figure::Memory(r) => draw_memory(root, r),
             Figure::LossLr(s, r) => draw_loss_lr(root, s, r),
+            Figure::Rows(rows) => draw_rows(root, rows),
         }
     }
 }
@@ -605,6 +625,107 @@ fn draw_memory<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &Report) ->
     Ok(())
 }
 
+/// ACC and retention of each row as horizontal bars (fractions), whiskers at ± sd.
+fn draw_rows<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[RunRow]) -> Drawn<DB> {
+    let titled = root.titled("ACC and retention (mean ± sd over seeds)", (FONT, 26))?;
+    let (left, right) = titled.split_horizontally(titled.dim_in_pixel().0 as i32 * 62 / 100);
+    let label_px = rows
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 60) as u32
+        * 7
+        + 10;
+    for (area, title, pick, colour, labels) in [
+        (
+            &left,
+            "ACC",
+            (|r: &RunRow| r.acc) as fn(&RunRow) -> Option<Stat>,
+            PALETTE[0],
+            true,
+        ),
+        (
+            &right,
+            "retention",
+            |r: &RunRow| r.retention,
+            PALETTE[1],
+            false,
+        ),
+    ] {
+        let k = rows.len().max(1);
+        let top = rows
+            .iter()
+            .filter_map(|r| pick(r).map(|s| s.mean + s.std.unwrap_or(0.0)))
+            .fold(1.0, f64::max)
+            * 1.12;
+        let names = |v: &f64| {
+            let i = v.round();
+            if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < rows.len() {
+                let n = &rows[rows.len() - 1 - i as usize].name;
+                if n.chars().count() > 60 {
+                    format!(
+                        "…{}",
+                        n.chars()
+                            .rev()
+                            .take(59)
+                            .collect::<Vec<_>>()
+                            .into_iter()
+                            .rev()
+                            .collect::<String>()
+                    )
+                } else {
+                    n.clone()
+                }
+            } else {
+                String::new()
+            }
+        };
+        let mut chart = ChartBuilder::on(area)
+            .margin(15)
+            .x_label_area_size(50)
+            .y_label_area_size(if labels { label_px } else { 10 })
+            .build_cartesian_2d(0.0..top, -0.5..k as f64 - 0.5)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(if labels { k } else { 0 })
+            .y_label_formatter(&names)
+            .x_label_formatter(&|v| num_tick(*v))
+            .x_desc(title)
+            .label_style((FONT, 13))
+            .axis_desc_style((FONT, 18))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        let at = |i: usize| (rows.len() - 1 - i) as f64;
+        chart.draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
+            let s = pick(r)?;
+            Some(Rectangle::new(
+                [(0.0, at(i) - 0.35), (s.mean, at(i) + 0.35)],
+                colour.filled(),
+            ))
+        }))?;
+        chart.draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
+            let s = pick(r)?;
+            let sd = s.std?;
+            Some(PathElement::new(
+                vec![(s.mean - sd, at(i)), (s.mean + sd, at(i))],
+                BLACK.stroke_width(2),
+            ))
+        }))?;
+        let style = TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+        chart.draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
+            let s = pick(r)?;
+            Some(Text::new(
+                format!(" {:.3}", s.mean),
+                (s.mean + s.std.unwrap_or(0.0), at(i)),
+                style.clone(),
+            ))
+        }))?;
+    }
+    Ok(())
+}
+
 /// A bar chart of `(label, value)` with each value written above its bar.
 fn bars<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
@@ -769,7 +890,8 @@ impl Stat {
         v.map(|mean| Self { mean, std: None })
     }
 
-    fn of(values: &[f64]) -> Option<Self> {
+    /// Mean ± sample standard deviation of `values` (`None` when empty).
+    pub fn of(values: &[f64]) -> Option<Self> {
         engram_core::train::metrics::mean_std(values).map(|(mean, std)| Self {
             mean,
             std: Some(std),

@@ -13,4 +13,5 @@ mod plugins;
 mod report;
 mod resume;
 mod schedulers;
+mod sweep;
 mod util;

@@ -1,0 +1,299 @@
+//! Sweeps through the real binary on small real data: a grid runs two at a time to the same
+//! reports as single `engram run`s, aggregates to hand-computed means, resumes after every run
+//! was killed, keeps going past a failed run, places errors in the sweep file, refuses a
+//! directory that is not its own, and writes a job-array script whose task command runs a run.
+
+use crate::util::{engram, output, run, small_config};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn stable(dir: &Path) -> Value {
+    let mut r: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    for k in ["timings", "throughput", "memory"] {
+        r.as_object_mut().unwrap().remove(k);
+    }
+    r
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// A 4-run sweep (2 learning rates × 2 seeds) over a 2-task config that checkpoints every 5
+/// steps.
+fn sweep_file(d: &Path, lrs: &str) -> PathBuf {
+    small_config(d, "base.toml", "checkpoint_every = 5\n");
+    let p = d.join("sweep.toml");
+    std::fs::write(
+        &p,
+        format!("[sweep]\nbase = \"base.toml\"\nseeds = [0, 1]\n\"optimizer.lr\" = {lrs}\n"),
+    )
+    .unwrap();
+    p
+}
+
+fn sweep(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut c = engram();
+    c.arg("sweep").args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    output(c.output().unwrap())
+}
+
+const NAMES: [&str; 4] = [
+    "lr-0.05/seed-0",
+    "lr-0.05/seed-1",
+    "lr-0.02/seed-0",
+    "lr-0.02/seed-1",
+];
+
+#[test]
+fn a_sweep_runs_its_grid_as_single_runs_aggregates_and_resumes_after_a_kill() {
+    let d = tempfile::tempdir().unwrap();
+    let sw = sweep_file(d.path(), "[0.05, 0.02]");
+    let s = sw.to_str().unwrap();
+
+    let (code, msg) = sweep(&["validate", s], &[]);
+    assert_eq!(code, 0, "{msg}");
+    for n in NAMES {
+        assert!(msg.contains(n), "{msg}");
+    }
+    assert!(msg.contains("ok (4 runs in 2 cells"), "{msg}");
+
+    let a = d.path().join("a");
+    let (code, msg) = sweep(
+        &["run", s, "--jobs", "2", "--out", a.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 0, "{msg}");
+    assert!(
+        msg.contains("4 of 4 runs done (4 now, 0 before), 0 failed"),
+        "{msg}"
+    );
+    // One progress line per run.
+    assert_eq!(
+        msg.lines().filter(|l| l.contains("] done")).count(),
+        4,
+        "{msg}"
+    );
+
+    // A run of the grid is exactly `engram run` with the run's overrides.
+    let single = d.path().join("single");
+    let (code, msg) = run(&[
+        "run",
+        d.path().join("base.toml").to_str().unwrap(),
+        "--out",
+        single.to_str().unwrap(),
+        "--set",
+        "optimizer.lr=0.02",
+        "--seed",
+        "1",
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(stable(&single), stable(&a.join("lr-0.02/seed-1")));
+
+    // The aggregate: each cell's ACC is the mean and sample sd of its seeds' reports.
+    let agg = json(&a.join("sweep.json"));
+    let acc = |n: &str| {
+        json(&a.join(n).join("report.json"))["metrics"]["acc"]
+            .as_f64()
+            .unwrap()
+    };
+    let (x, y) = (acc(NAMES[2]), acc(NAMES[3]));
+    let cell = &agg["cells"][1];
+    assert_eq!(cell["cell"], "lr-0.02");
+    assert_eq!(cell["axes"]["optimizer.lr"], 0.02);
+    let mean = cell["metrics"]["acc"]["mean"].as_f64().unwrap();
+    let sd = cell["metrics"]["acc"]["std"].as_f64().unwrap();
+    assert!((mean - (x + y) / 2.0).abs() < 1e-12, "{mean} vs {x} {y}");
+    assert!(
+        (sd - (x - y).abs() / 2f64.sqrt()).abs() < 1e-12,
+        "{sd} vs {x} {y}"
+    );
+    let csv = std::fs::read_to_string(a.join("sweep.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .starts_with("cell,optimizer.lr,seeds,acc_mean,acc_std,bwt_mean")
+    );
+    assert!(
+        lines
+            .nth(1)
+            .unwrap()
+            .starts_with(&format!("lr-0.02,0.02,2,{mean},{sd},"))
+    );
+    assert!(a.join("plots/compare.png").is_file());
+
+    // A rerun skips every finished run.
+    let (code, msg) = sweep(&["run", s, "--out", a.to_str().unwrap(), "-q"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("(0 now, 4 before)"), "{msg}");
+
+    // Every run killed at step 8 (a checkpoint at step 5 exists): each is interrupted, the
+    // sweep carries on with the others, and a rerun resumes all four to the same reports.
+    let b = d.path().join("b");
+    let (code, msg) = sweep(
+        &["run", s, "--jobs", "2", "--out", b.to_str().unwrap()],
+        &[("ENGRAM_FAILPOINT", "step-8")],
+    );
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(
+        msg.lines().filter(|l| l.contains("] interrupted")).count(),
+        4,
+        "{msg}"
+    );
+    let (code, msg) = sweep(&["status", b.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("4 runs: 4 interrupted"), "{msg}");
+    let (code, msg) = sweep(
+        &["run", s, "--jobs", "2", "--out", b.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(
+        msg.lines().filter(|l| l.contains("(resumed)")).count(),
+        4,
+        "{msg}"
+    );
+    for n in NAMES {
+        assert_eq!(stable(&a.join(n)), stable(&b.join(n)), "{n}");
+    }
+    let (code, msg) = sweep(&["status", b.to_str().unwrap()], &[]);
+    assert!(code == 0 && msg.contains("4 runs: 4 done"), "{msg}");
+
+    // The Slurm task command runs one run of the grid, the same as the local runner.
+    let c = d.path().join("c");
+    let (code, msg) = sweep(&["submit", s, "--out", c.to_str().unwrap(), "--print"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("#SBATCH --array=0-3\n"), "{msg}");
+    assert!(msg.contains("#SBATCH --requeue\n"), "{msg}");
+    assert!(msg.contains(" sweep task "), "{msg}");
+    assert!(!c.exists(), "--print writes nothing");
+    let cs = c.to_str().unwrap();
+    std::fs::create_dir_all(&c).unwrap();
+    // A grid manifest is written by `sweep run` on an empty directory: stop it at once with
+    // a failpoint on every run, then execute index 2 as an array task would.
+    let (code, msg) = sweep(
+        &["run", s, "--out", cs, "-q"],
+        &[("ENGRAM_FAILPOINT", "step-1")],
+    );
+    assert_eq!(code, 0, "{msg}");
+    let (code, msg) = sweep(&["task", cs, "--index", "2"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("run 2 (lr-0.02/seed-0): done"), "{msg}");
+    assert_eq!(stable(&a.join(NAMES[2])), stable(&c.join(NAMES[2])));
+    let (code, msg) = sweep(&["submit", s, "--out", cs, "--print"], &[]);
+    assert!(
+        code == 0 && msg.contains("#SBATCH --array=0-1,3\n"),
+        "{msg}"
+    );
+    let (code, msg) = sweep(&["task", cs, "--index", "4"], &[]);
+    assert!(
+        code == 2 && msg.contains("outside the grid of 4 runs"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_failed_run_does_not_stop_the_sweep_and_is_reported() {
+    let d = tempfile::tempdir().unwrap();
+    // lr = 1e30 diverges at once.
+    let sw = sweep_file(d.path(), "[0.05, 1e30]");
+    let out = d.path().join("o");
+    let (code, msg) = sweep(
+        &["run", sw.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 1, "{msg}");
+    assert!(
+        msg.contains("2 of 4 runs done (2 now, 0 before), 2 failed"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("2 of 4 runs failed (first: lr-1e+30/seed-0"),
+        "{msg}"
+    );
+    let (code, msg) = sweep(&["status", out.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("4 runs: 2 done, 2 failed"), "{msg}");
+    assert!(
+        msg.contains("lr-1e+30/seed-1") && msg.contains("exit 1"),
+        "{msg}"
+    );
+    let agg = json(&out.join("sweep.json"));
+    assert_eq!(agg["cells"][1]["unfinished"][0]["status"], "failed");
+    assert!(agg["cells"][1]["metrics"]["acc"].is_null());
+}
+
+#[test]
+fn sweep_errors_are_placed_and_foreign_directories_are_left_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let sw = sweep_file(d.path(), "[0.05]");
+    // An axis naming a key the config does not have: placed at the axis in the sweep file.
+    let bad = d.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[sweep]\nbase = \"base.toml\"\n\"train.epoch\" = [1, 2]\n",
+    )
+    .unwrap();
+    let (code, msg) = sweep(&["validate", bad.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains(&format!("{}:3:18: run `epoch-1/seed-0`", bad.display())),
+        "{msg}"
+    );
+    assert!(msg.contains("epoch"), "{msg}");
+    // A value of the wrong type, also placed at that value.
+    std::fs::write(
+        &bad,
+        "[sweep]\nbase = \"base.toml\"\n\"train.epochs\" = [1, \"two\"]\n",
+    )
+    .unwrap();
+    let (code, msg) = sweep(&["validate", bad.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains(&format!("{}:3:22:", bad.display())), "{msg}");
+    // A directory of the user's: nothing written, nothing removed.
+    let mine = d.path().join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::write(mine.join("notes.txt"), "keep").unwrap();
+    let (code, msg) = sweep(
+        &["run", sw.to_str().unwrap(), "--out", mine.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("not an engram sweep's directory"), "{msg}");
+    let left: Vec<_> = std::fs::read_dir(&mine).unwrap().flatten().collect();
+    assert_eq!(left.len(), 1);
+    // A changed grid is refused in the old sweep's directory.
+    let out = d.path().join("o");
+    let (code, msg) = sweep(
+        &[
+            "run",
+            sw.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+        &[("ENGRAM_FAILPOINT", "step-1")],
+    );
+    assert_eq!(code, 0, "{msg}");
+    std::fs::write(
+        &sw,
+        "[sweep]\nbase = \"base.toml\"\nseeds = [0, 1]\nset = { \"train.epochs\" = 2 }\n\"optimizer.lr\" = [0.05]\n",
+    )
+    .unwrap();
+    let (code, msg) = sweep(
+        &["run", sw.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("defines run `lr-0.05/seed-0` differently"),
+        "{msg}"
+    );
+}
