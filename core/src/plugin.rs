@@ -423,13 +423,53 @@ fn io_error(path: &Path, e: std::io::Error) -> PluginError {
     }
 }
 
+/// The largest file read as a plugin, bytes (1 GiB): a plugin built with the `cuda` feature
+/// links LLVM statically and reaches a few hundred MiB; anything larger (or endless, such as
+/// `/dev/zero`) is refused before it is read.
+pub const MAX_PLUGIN_BYTES: u64 = 1 << 30;
+
+/// Reads a plugin file whole, bounded: a path that is not a regular file (a device, a FIFO, a
+/// directory) or is larger than [`MAX_PLUGIN_BYTES`] is refused before or while reading.
+///
+/// # Errors
+/// [`PluginError::Missing`], [`PluginError::Unreadable`], or [`PluginError::NotSharedLibrary`]
+/// for a file that is not regular or too large.
+pub fn read_bounded(path: &Path) -> Result<Vec<u8>, PluginError> {
+    use std::io::Read as _;
+    let not_lib = |reason: String| PluginError::NotSharedLibrary {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| io_error(path, e))?;
+    if !meta.is_file() {
+        return Err(not_lib("not a regular file".into()));
+    }
+    let too_big = |n: u64| {
+        not_lib(format!(
+            "{n} bytes, over the {MAX_PLUGIN_BYTES}-byte limit for a plugin"
+        ))
+    };
+    if meta.len() > MAX_PLUGIN_BYTES {
+        return Err(too_big(meta.len()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_PLUGIN_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(path, e))?;
+    if bytes.len() as u64 > MAX_PLUGIN_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
 /// Reads the declaration of the shared library at `path` without loading it.
 ///
 /// # Errors
 /// [`PluginError::Missing`], [`PluginError::Unreadable`], [`PluginError::NotSharedLibrary`],
 /// [`PluginError::NoDeclaration`] (also for a section too short or without the magic bytes).
 pub fn read_declaration(path: &Path) -> Result<DeclarationInfo, PluginError> {
-    let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
+    let bytes = read_bounded(path)?;
     declaration_from_bytes(path, &bytes)
 }
 
@@ -580,7 +620,7 @@ pub struct Plugin {
 /// # Errors
 /// [`PluginError::Missing`] or [`PluginError::Unreadable`].
 pub fn file_sha256(path: &Path) -> Result<String, PluginError> {
-    let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
+    let bytes = read_bounded(path)?;
     Ok(crate::fsutil::sha256_hex(&bytes))
 }
 
@@ -597,7 +637,7 @@ pub fn load(path: &Path) -> Result<Plugin, PluginError> {
     if let Some(p) = loaded.iter().find(|p| p.info.path == canonical) {
         return Ok(p.clone());
     }
-    let bytes = std::fs::read(&canonical).map_err(|e| io_error(path, e))?;
+    let bytes = read_bounded(&canonical)?;
     let decl = declaration_from_bytes(path, &bytes)?;
     check_declaration(path, &decl)?;
     let sha256 = crate::fsutil::sha256_hex(&bytes);
