@@ -16,6 +16,7 @@
 
 pub mod bench;
 pub mod fetch;
+pub mod outdir;
 pub mod report;
 pub mod summary;
 pub mod sweep;

@@ -856,19 +856,27 @@ fn run_with(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
         })
         .collect::<Result<Vec<_>>>()?;
     let mut first = Some(prepare(configs[0].clone(), registry, &sets)?);
+    // The output directory is taken (locked) before anything is written; a directory that
+    // holds a run gets this one beside it, in OUT/attempts/<time>/, until it finishes.
+    let claim = engram::outdir::claim(&out, args.overwrite)?;
+    let target = claim.target.clone();
+    if claim.replaces.is_some() && !cli.quiet {
+        eprintln!(
+            "engram: {} holds a run; this one works in {} and replaces it when it finishes",
+            out.display(),
+            target.display()
+        );
+    }
     let dirs: Vec<PathBuf> = configs
         .iter()
         .map(|c| {
             if multi {
-                out.join(format!("seed-{}", c.config.run.seed))
+                target.join(format!("seed-{}", c.config.run.seed))
             } else {
-                out.clone()
+                target.clone()
             }
         })
         .collect();
-    for d in &dirs {
-        clear_previous_run(d, args.overwrite)?;
-    }
     if multi {
         // Every seed's config is written before any trains, so that `engram resume OUT` can
         // finish a killed multi-seed run, seeds not yet started included.
@@ -882,6 +890,7 @@ fn run_with(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
             let origin = std::path::absolute(&cfg.file).unwrap_or_else(|_| cfg.file.clone());
             let run = serde_json::json!({
                 "config": origin,
+                "config_sha256": engram::core::fsutil::sha256_hex(cfg.source.as_bytes()),
                 "engram": env!("CARGO_PKG_VERSION"),
                 "plugins": plugins,
             });
@@ -933,18 +942,28 @@ fn run_with(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
                 }
                 reports.push(report);
             }
-            Err(e @ Error::Interrupted(_)) => return Err(resume_hint(e, &out)),
+            Err(e @ Error::Interrupted(_)) => return Err(resume_hint(e, &target)),
             // One diverging seed does not discard the others' runs.
             Err(e) if multi => {
                 eprintln!("error: seed {seed}: {e}");
                 failures.push((seed, e));
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                kept_note(&claim);
+                return Err(e);
+            }
         }
     }
     if multi {
-        write_aggregate(&out, &reports, &failures)?;
-    } else if cli.quiet
+        write_aggregate(&target, &reports, &failures)?;
+    }
+    match (&claim.replaces, failures.is_empty()) {
+        (Some(dest), true) => engram::outdir::promote(&target, dest)?,
+        (Some(_), false) => kept_note(&claim),
+        _ => {}
+    }
+    if !multi
+        && cli.quiet
         && let Some(r) = reports.first()
     {
         println!("ACC {:.4}", r.metrics.acc.unwrap_or(f64::NAN));
@@ -954,6 +973,18 @@ fn run_with(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
             "seed {seed} failed ({e}); the aggregate covers the other seeds and lists the failure"
         ))),
         None => Ok(()),
+    }
+}
+
+/// Tells the user that a new run that did not finish left the run it was to replace as it
+/// was, and where its own record is.
+fn kept_note(claim: &engram::outdir::Claim) {
+    if let Some(dest) = &claim.replaces {
+        eprintln!(
+            "engram: the run in {} is unchanged; this attempt's record (report.json with status \"failed\", steps.csv) is in {}",
+            dest.display(),
+            claim.target.display()
+        );
     }
 }
 
@@ -1002,6 +1033,28 @@ fn seed_dirs(out: &Path) -> Vec<(u64, PathBuf)> {
 /// `engram resume OUT`: one run, or every seed of a `--seeds` run (finished seeds are read,
 /// the others resumed or started), then the aggregate again.
 fn resume(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
+    // One writer at a time, as for `run`.
+    let _lock = if out.is_dir() {
+        Some(engram::outdir::take(out)?)
+    } else {
+        None
+    };
+    resume_locked(cli, registry, out)?;
+    // A finished attempt replaces the run it was started to replace.
+    if let Some(dest) = engram::outdir::replaces(out) {
+        let _dest_lock = engram::outdir::take(&dest)?;
+        engram::outdir::promote(out, &dest)?;
+        if !cli.quiet {
+            eprintln!(
+                "engram: the finished attempt replaced the run in {}",
+                dest.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn resume_locked(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
     let progress = !cli.quiet && std::io::stderr().is_terminal();
     let seeds = seed_dirs(out);
     if out.join("config.toml").is_file() || seeds.is_empty() {
@@ -1015,8 +1068,7 @@ fn resume(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
     }
     let (mut reports, mut failures) = (Vec::new(), Vec::new());
     for (seed, dir) in seeds {
-        let done = dir.join("report.json").is_file();
-        let r = if done {
+        let r = if engram::core::train::report::finished_run(&dir) {
             engram::report::load_report(&dir)
         } else {
             trainer::resume(&dir, registry, progress)
@@ -1050,57 +1102,6 @@ fn resume_hint(e: Error, out: &Path) -> Error {
         )),
         other => other,
     }
-}
-
-/// Files of a run in its output directory.
-const RUN_FILES: [&str; 7] = [
-    "report.json",
-    "metrics.csv",
-    "steps.csv",
-    "config.toml",
-    "run.json",
-    "aggregate.json",
-    "checkpoints",
-];
-
-/// Makes `dir` ready for a new run: a finished run there is replaced (its files removed, so
-/// no checkpoint or report of it can be mixed with the new run's); an unfinished one (no
-/// report, but checkpoints) is kept unless `overwrite`, since `engram resume` could finish it.
-fn clear_previous_run(dir: &Path, overwrite: bool) -> Result<()> {
-    let finished = dir.join("report.json").is_file();
-    let unfinished = !finished && dir.join("checkpoints").is_dir();
-    if unfinished && !overwrite {
-        return Err(Error::ConfigFile {
-            file: dir.to_path_buf(),
-            message: "holds an unfinished run".into(),
-            hint: Some(format!(
-                "continue it with `engram resume {}`, choose another --out, or pass --overwrite",
-                dir.display()
-            )),
-        });
-    }
-    if finished || unfinished {
-        eprintln!("engram: replacing the previous run in {}", dir.display());
-    }
-    for f in RUN_FILES.iter().chain(["plots"].iter()) {
-        let p = dir.join(f);
-        let r = if p.is_dir() {
-            std::fs::remove_dir_all(&p)
-        } else if p.exists() {
-            std::fs::remove_file(&p)
-        } else {
-            Ok(())
-        };
-        r.map_err(|e| Error::io(&p, e))?;
-    }
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_name().to_string_lossy().starts_with("seed-") && e.path().is_dir() {
-                clear_previous_run(&e.path(), overwrite)?;
-            }
-        }
-    }
-    Ok(())
 }
 
 fn list(registry: &Registry, json: bool) {

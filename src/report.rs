@@ -1002,6 +1002,13 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
         });
     }
     let r = load_report(dir)?;
+    let name = match &r.failure {
+        Some(f) => format!(
+            "{name} (failed at task {}, step {})",
+            f.task, f.step_in_task
+        ),
+        None => name,
+    };
     Ok(RunRow {
         name,
         seeds: 1,

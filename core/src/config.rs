@@ -135,9 +135,11 @@ pub struct ModelConfig {
     /// ViT: attention heads (must divide `dim`). Default 4.
     #[serde(default = "default_heads")]
     pub heads: usize,
-    /// ViT: patch side in pixels (must divide the image side, 28). Default 7.
-    #[serde(default = "default_patch")]
-    pub patch: usize,
+    /// ViT: patch side in pixels; must divide the image side. Default: the divisor of the side
+    /// nearest a quarter of it (7 for 28×28, 9 for 27×27, 8 for 32×32), see
+    /// [`crate::model::vit::default_patch`].
+    #[serde(default)]
+    pub patch: Option<usize>,
 }
 
 fn default_channels() -> Vec<usize> {
@@ -151,9 +153,6 @@ fn default_depth() -> usize {
 }
 fn default_heads() -> usize {
     4
-}
-fn default_patch() -> usize {
-    7
 }
 
 fn default_hidden() -> Vec<usize> {
@@ -981,7 +980,7 @@ impl LoadedConfig {
             return Err(self.error_at(
                 "model",
                 "channels",
-                "cnn: 1 or 2 conv blocks (28×28 images pool to 14×14, then 7×7) of 1 to 1024 channels".into(),
+                "cnn: 1 or 2 conv blocks (each halves the image side, rounding down) of 1 to 1024 channels".into(),
                 Some("for example channels = [16, 32]".into()),
             ));
         }
@@ -990,8 +989,7 @@ impl LoadedConfig {
             && (m.dim == 0
                 || m.heads == 0
                 || !m.dim.is_multiple_of(m.heads)
-                || m.patch == 0
-                || !28usize.is_multiple_of(m.patch)
+                || m.patch == Some(0)
                 || m.depth > 256
                 || m.dim > 4096)
         {
@@ -999,8 +997,10 @@ impl LoadedConfig {
                 "model",
                 "dim",
                 format!(
-                    "vit: dim {} must be a multiple of heads {}, patch {} must divide 28, depth ≤ 256",
-                    m.dim, m.heads, m.patch
+                    "vit: dim {} must be a multiple of heads {}, patch {} at least 1, depth ≤ 256",
+                    m.dim,
+                    m.heads,
+                    m.patch.map_or("(default)".into(), |p| p.to_string())
                 ),
                 None,
             ));

@@ -3,10 +3,10 @@
 //! [`start`] and [`finish`], so a run behaves the same wherever it executes.
 
 use super::grid::{GridRun, Manifest};
+use crate::outdir::Lock;
+use engram_core::train::report::finished_run;
 use engram_core::{Error, Result};
 use serde::{Deserialize, Serialize};
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -99,44 +99,12 @@ fn write_state(p: &RunPaths, s: &State) -> Result<()> {
     engram_core::fsutil::write_atomic(&p.state, &bytes)
 }
 
-/// An exclusive `flock(2)` on a run's lock file, held by the process that executes the run
-/// (its child dies with it, `PR_SET_PDEATHSIG`): released when that process ends, so a killed
-/// sweep or a cancelled Slurm task leaves no stale lock. (On a cluster's shared file system,
-/// Linux's NFS client maps it to a POSIX lock on the server.) The descriptor is close-on-exec,
-/// so no child of a later run holds an earlier run's lock.
-pub struct Lock {
-    _file: File,
-}
-
-impl Lock {
-    /// Takes the lock without waiting; `Ok(None)` when another process holds it.
-    ///
-    /// # Errors
-    /// [`Error::Io`] when the lock file cannot be opened.
-    pub fn try_take(path: &Path) -> Result<Option<Self>> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
-        // SAFETY: flock on a file descriptor this function owns.
-        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        Ok((r == 0).then_some(Self { _file: file }))
-    }
-
-    /// Whether some process holds the lock at `path` now.
-    pub fn held(path: &Path) -> bool {
-        path.is_file() && matches!(Self::try_take(path), Ok(None))
-    }
-}
-
-/// Where a run stands on disk: `Done` with a report, `Interrupted` with checkpoints or a
+/// Where a run stands on disk: `Done` with a finished report, `Interrupted` with checkpoints or a
 /// state that was running when its process died, `Failed` from its state, else `Pending`;
 /// `Running` while its lock is held.
 pub fn status(dir: &Path, run: &GridRun) -> Status {
     let p = RunPaths::of(dir, run);
-    if p.out.join("report.json").is_file() {
+    if finished_run(&p.out) {
         return Status::Done;
     }
     if Lock::held(&p.lock) {
@@ -190,14 +158,14 @@ pub fn start(
     threads: usize,
 ) -> Result<Outcome> {
     let paths = RunPaths::of(dir, run);
-    if paths.out.join("report.json").is_file() {
+    if finished_run(&paths.out) {
         return Ok(Outcome::Finished);
     }
     let Some(lock) = Lock::try_take(&paths.lock)? else {
         return Ok(Outcome::Busy);
     };
     // Checked again under the lock: another process may just have finished it.
-    if paths.out.join("report.json").is_file() {
+    if finished_run(&paths.out) {
         return Ok(Outcome::Finished);
     }
     let mut cmd = Command::new(exe);
@@ -296,7 +264,7 @@ impl Started {
     }
 
     fn finish(&mut self, st: std::process::ExitStatus) -> Result<Status> {
-        let done = self.paths.out.join("report.json").is_file();
+        let done = finished_run(&self.paths.out);
         let status = match st.code() {
             Some(0) if done => Status::Done,
             Some(130) | None => Status::Interrupted,

@@ -372,7 +372,20 @@ fn a_plugin_that_panics_mid_training_stops_the_run_with_a_typed_error_and_keeps_
             "{msg}"
         );
         assert!(!msg.contains("internal error"), "{msg}");
-        assert!(!out.join("report.json").exists());
+        // The failed run keeps its record: status, error and position, the steps so far.
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        assert_eq!(r["status"], "failed", "{r}");
+        assert!(
+            r["failure"]["error"]
+                .as_str()
+                .unwrap()
+                .contains("fixture-panic"),
+            "{r}"
+        );
+        assert_eq!(r["failure"]["global_step"], 6, "{r}");
+        assert!(r["metrics"]["acc"].is_null(), "{r}");
+        assert!(out.join("steps.csv").is_file());
         // The checkpoint of step 4 is intact: evaluating it works.
         assert!(out.join("checkpoints/step-00000004").is_dir(), "{msg}");
         let (out_s, plugin) = (out.to_str().unwrap(), fixture.to_str().unwrap());

@@ -232,7 +232,13 @@ pub fn resolve(name: &str, configured: Option<&Path>) -> Result<PathBuf> {
     })
 }
 
-fn load_split(dir: &Path, images: &str, labels: &str, spec: &DatasetSpec) -> Result<Split> {
+/// A split and its images' `(height, width)` from the IDX header.
+fn load_split(
+    dir: &Path,
+    images: &str,
+    labels: &str,
+    spec: &DatasetSpec,
+) -> Result<(Split, (usize, usize))> {
     let ipath = file_in(dir, images).expect("resolved directory has the file");
     let lpath = file_in(dir, labels).expect("resolved directory has the file");
     let img = read_idx(&ipath)?;
@@ -268,14 +274,17 @@ fn load_split(dir: &Path, images: &str, labels: &str, spec: &DatasetSpec) -> Res
             format!("label {l} outside 0..{}", spec.classes),
         ));
     }
-    let features = img.dims[1] * img.dims[2];
-    Ok(Split {
-        images: img.data,
-        mean: spec.mean,
-        std: spec.std,
-        labels: lab.data,
-        features,
-    })
+    let hw = (img.dims[1], img.dims[2]);
+    Ok((
+        Split {
+            images: img.data,
+            mean: spec.mean,
+            std: spec.std,
+            labels: lab.data,
+            features: hw.0 * hw.1,
+        },
+        hw,
+    ))
 }
 
 /// Loads dataset `name` from the first directory that has it.
@@ -286,18 +295,18 @@ fn load_split(dir: &Path, images: &str, labels: &str, spec: &DatasetSpec) -> Res
 pub fn load(name: &str, configured: Option<&Path>) -> Result<Dataset> {
     let spec = spec(name)?;
     let dir = resolve(name, configured)?;
-    let train = load_split(&dir, FILES[0], FILES[1], spec)?;
-    let test = load_split(&dir, FILES[2], FILES[3], spec)?;
-    if train.features != test.features {
+    let (train, image_hw) = load_split(&dir, FILES[0], FILES[1], spec)?;
+    let (test, test_hw) = load_split(&dir, FILES[2], FILES[3], spec)?;
+    if image_hw != test_hw {
         return Err(Error::Data(format!(
-            "{}: train images have {} pixels, test images {}",
+            "{}: train images are {}×{} pixels, test images {}×{}",
             dir.display(),
-            train.features,
-            test.features
+            image_hw.0,
+            image_hw.1,
+            test_hw.0,
+            test_hw.1
         )));
     }
-    let side = (train.features as f64).sqrt() as usize;
-    let image_hw = (side, train.features / side.max(1));
     Ok(Dataset {
         spec,
         dir,

@@ -2,7 +2,7 @@
 //!
 //! `channels = [16, 32]` on 28×28 images is three blocks: two [`ConvBlock`]s (3×3 convolution
 //! with padding 1, batch norm, ReLU, 2×2 max pooling: `[batch, c, h, w]` →
-//! `[batch, c', h/2, w/2]`) and the MLP's [`HeadBlock`] on the flattened features
+//! `[batch, c', ⌊h/2⌋, ⌊w/2⌋]`) and the MLP's [`HeadBlock`] on the flattened features
 //! (`[batch, 32·7·7]` → `[batch, classes]`).
 //!
 //! Batch norm (Ioffe & Szegedy 2015) is the block that makes recomputation delicate: its training
@@ -105,8 +105,10 @@ impl Block for ConvBlock {
 /// images, then a linear head. Convolutions are initialised by Burn's default (Kaiming uniform)
 /// from the device's RNG, which the trainer seeds from the run seed; the head from `rng`.
 ///
+/// Each block halves the side, rounding down as 2×2 max pooling does (27 → 13 → 6).
+///
 /// # Panics
-/// When `side` is not divisible by `2^channels.len()` (the config check refuses it first).
+/// When `side < 2^channels.len()` ([`crate::train::trainer::check_geometry`] refuses it first).
 pub fn build_cnn(
     side: usize,
     channels: &[usize],
@@ -127,8 +129,8 @@ pub fn build_cnn(
         }));
         c_in = c;
         assert!(
-            s.is_multiple_of(2),
-            "image side {side} not divisible by 2^{}",
+            s >= 2,
+            "image side {side} too small for {} conv blocks",
             channels.len()
         );
         s /= 2;

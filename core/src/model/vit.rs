@@ -14,6 +14,20 @@ use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::{Device, Tensor, TensorData, activation};
 use rand::Rng as _;
 
+/// The default patch side for `side × side` images: the divisor of `side` nearest `side / 4`
+/// (ties to the larger), so that the image is cut into about 4×4 patches: 7 for 28, 9 for 27,
+/// 8 for 32, and 1 for a prime side (every pixel a token).
+pub fn default_patch(side: usize) -> usize {
+    let target = side as f64 / 4.0;
+    (1..=side.max(1))
+        .filter(|d| side.max(1).is_multiple_of(*d))
+        .min_by(|a, b| {
+            let (da, db) = ((*a as f64 - target).abs(), (*b as f64 - target).abs());
+            da.total_cmp(&db).then(b.cmp(a))
+        })
+        .unwrap_or(1)
+}
+
 /// Cuts `[batch, side·side]` images into `patch × patch` patches and embeds each:
 /// `[batch, side²]` → `[batch, tokens, dim]`, plus a learned position embedding.
 #[derive(Module, Debug)]
@@ -164,4 +178,24 @@ pub fn build_vit(shape: &VitShape, classes: usize, rng: &mut Rng, device: &Devic
     // Draw every lazily initialised parameter now, under the caller's seed.
     let _ = model.params();
     model
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn default_patch_cuts_about_four_by_four() {
+        let cases = [
+            (28, 7),
+            (27, 9),
+            (32, 8),
+            (16, 4),
+            (7, 1),
+            (1, 1),
+            (64, 16),
+            (12, 3),
+        ];
+        for (side, patch) in cases {
+            assert_eq!(super::default_patch(side), patch, "side {side}");
+        }
+    }
 }

@@ -140,6 +140,40 @@ pub struct Event {
     pub message: String,
 }
 
+/// Whether a run reached its end.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Every task trained and evaluated.
+    #[default]
+    Finished,
+    /// Stopped by an error (a diverged loss, a failing strategy): see [`Report::failure`].
+    Failed,
+}
+
+/// Where and why a failed run stopped.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Failure {
+    /// The error, as the CLI printed it.
+    pub error: String,
+    /// The task (round) in progress.
+    pub task: usize,
+    /// Its epoch.
+    pub epoch: usize,
+    /// Steps of the task done before the error.
+    pub step_in_task: usize,
+    /// Steps of the run done before the error.
+    pub global_step: usize,
+}
+
+/// Whether `dir` holds a *finished* run: a `report.json` whose `status` is not `failed`.
+pub fn finished_run(dir: &Path) -> bool {
+    std::fs::read(dir.join("report.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v.get("status").and_then(|s| s.as_str()) != Some("failed"))
+}
+
 /// The whole `report.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Report {
@@ -147,6 +181,13 @@ pub struct Report {
     pub schema_version: u32,
     /// Versions of engram, Burn and rustc.
     pub versions: Versions,
+    /// `finished`, or `failed` for the record of a run that stopped with an error (then
+    /// `metrics` are empty and `accuracy_matrix` holds the rows evaluated before it stopped).
+    #[serde(default)]
+    pub status: RunStatus,
+    /// Where and why a failed run stopped; absent for a finished run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
     /// The run seed.
     pub seed: u64,
     /// The device name (`cpu`, `vulkan`, `cuda`).

@@ -102,6 +102,7 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     let ds = dataset::load(&c.data.dataset, data_path.as_deref())?;
     let stream = Stream::build(Arc::new(ds), &c.data, c.run.seed)
         .map_err(|e| cfg.error_at("data", "tasks", e.to_string(), None))?;
+    check_geometry(&cfg, stream.dataset.image_hw)?;
     let bcx = BuildContext {
         num_tasks: stream.len(),
         ..bcx_pre
@@ -119,6 +120,63 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
         schedulers,
         setup_s: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Checks that the configured model fits images of `(height, width)` pixels, before anything
+/// is built: `cnn` and `vit` need square images; each conv block of `cnn` halves the side
+/// (rounding down), so the side must be at least `2^blocks`; an explicit ViT `patch` must
+/// divide the side. The `mlp` reads any shape as a flat vector.
+///
+/// # Errors
+/// [`Error::Config`] at `[model] type`, `channels` or `patch`, with the image size.
+pub fn check_geometry(cfg: &LoadedConfig, hw: (usize, usize)) -> Result<()> {
+    let m = &cfg.config.model;
+    let (h, w) = hw;
+    if (m.kind == "cnn" || m.kind == "vit") && h != w {
+        return Err(cfg.error_at(
+            "model",
+            "type",
+            format!(
+                "{} needs square images; this data's are {h}×{w} pixels",
+                m.kind
+            ),
+            Some("type = \"mlp\" reads images of any shape as flat features".into()),
+        ));
+    }
+    if m.kind == "cnn" {
+        let blocks = m.channels.len() as u32;
+        if h < 1 << blocks {
+            return Err(cfg.error_at(
+                "model",
+                "channels",
+                format!(
+                    "cnn: {blocks} conv blocks halve the side {blocks} times, and {h}×{w} images are too small for that (at least {0}×{0})",
+                    1usize << blocks
+                ),
+                Some("use fewer channels entries".into()),
+            ));
+        }
+    }
+    if m.kind == "vit"
+        && let Some(p) = m.patch
+        && (p > h || !h.is_multiple_of(p))
+    {
+        let divisors: Vec<String> = (1..=h)
+            .filter(|d| h.is_multiple_of(*d))
+            .map(|d| d.to_string())
+            .collect();
+        return Err(cfg.error_at(
+            "model",
+            "patch",
+            format!("vit: patch {p} does not divide the image side {h}"),
+            Some(format!(
+                "use one of {}, or leave patch out to get {}",
+                divisors.join(", "),
+                crate::model::vit::default_patch(h)
+            )),
+        ));
+    }
+    Ok(())
 }
 
 /// Builds the configured model on `device`, initialised from the run seed.
@@ -141,7 +199,10 @@ pub fn build_model(cfg: &LoadedConfig, stream: &Stream, device: &Device) -> Mode
         return crate::model::vit::build_vit(
             &crate::model::vit::VitShape {
                 side: hw.0,
-                patch: c.model.patch,
+                patch: c
+                    .model
+                    .patch
+                    .unwrap_or_else(|| crate::model::vit::default_patch(hw.0)),
                 dim: c.model.dim,
                 depth: c.model.depth,
                 heads: c.model.heads,
@@ -577,7 +638,7 @@ fn run_inner(
     ad.seed(rng::derive_seed(seed, "burn-init", 0, 0));
     let model = build_model(&p.cfg, &p.stream, &ad);
     let optim = build_optimizer(&p.cfg);
-    let (mut model, mut optim, mut pr) = match resume {
+    let (model, optim, mut pr) = match resume {
         Some((path, ck)) => restore(
             Strategies {
                 forgetting: &mut p.forgetting,
@@ -592,6 +653,82 @@ fn run_inner(
         )?,
         None => (model, optim, Progress::default()),
     };
+    let parameters = model.numel() as u64;
+    // Plugin faults are turned into errors here already, so that they are recorded too.
+    let result =
+        crate::plugin::catch_faults(|| train_loop(p, opts, model, optim, &mut pr, &inner, &ad, t0));
+    if let Err(e) = &result
+        && !matches!(e, Error::Interrupted(_))
+    {
+        // A failed or diverged run keeps its record: the steps so far, where it stopped and
+        // why, and the matrix so far. Best effort: the run's own error is what is returned.
+        let _ = write_failure(p, opts, &mut pr, e, parameters, t0, &inner);
+    }
+    result
+}
+
+/// Writes the record of a run that stopped with `e`: `steps.csv` (the logged steps and the
+/// steps since the last log row) and a `report.json` with `status = "failed"`, the error and
+/// position, the accuracy matrix so far and no metrics.
+fn write_failure(
+    p: &Prepared,
+    opts: &RunOptions,
+    pr: &mut Progress,
+    e: &Error,
+    parameters: u64,
+    t0: Instant,
+    inner: &Device,
+) -> Result<()> {
+    if pr.window.1 > 0 {
+        pr.logs.push(StepLog {
+            task: pr.round,
+            epoch: pr.epoch,
+            step: pr.step_in_task,
+            global_step: pr.global_step,
+            loss: pr.window.0 / pr.window.1 as f64,
+            lr: pr.last_lr,
+            samples: pr.window.2,
+        });
+        pr.window = (0.0, 0, 0);
+    }
+    write_atomic(&opts.out.join("steps.csv"), steps_csv(&pr.logs).as_bytes())?;
+    let earlier_s = pr.timings.total_s;
+    let mut report = build_report(
+        p,
+        pr,
+        inner,
+        parameters,
+        earlier_s + t0.elapsed().as_secs_f64() + p.setup_s,
+    );
+    report.metrics = metrics::Metrics::default();
+    report.status = super::report::RunStatus::Failed;
+    report.failure = Some(super::report::Failure {
+        error: e.to_string(),
+        task: pr.round,
+        epoch: pr.epoch,
+        step_in_task: pr.step_in_task,
+        global_step: pr.global_step,
+    });
+    report.write(&opts.out)
+}
+
+/// The continual loop from `pr` on (see [`run`]); `pr` is the caller's, so that a failure can
+/// be recorded with the progress it reached.
+#[allow(clippy::too_many_arguments)]
+fn train_loop(
+    p: &mut Prepared,
+    opts: &RunOptions,
+    mut model: Model,
+    mut optim: ModuleOptimizer,
+    pr: &mut Progress,
+    inner: &Device,
+    ad: &Device,
+    t0: Instant,
+) -> Result<Report> {
+    let c = p.cfg.config.clone();
+    let seed = c.run.seed;
+    let inner = inner.clone();
+    let ad = ad.clone();
     let p = &mut *p;
     let stream = &p.stream;
     let n_tasks = stream.len();
@@ -625,7 +762,7 @@ fn run_inner(
             })
             .collect();
         pr.timings.eval_s += te.elapsed().as_secs_f64();
-        save(p, &model, &optim, &pr)?;
+        save(p, &model, &optim, pr)?;
     }
 
     let joint = c.train.joint;
@@ -659,7 +796,7 @@ fn run_inner(
         let task_start = if pr.before_task_done || !anomaly_policy {
             None
         } else {
-            Some(snapshot(p, &model, &optim, &pr)?)
+            Some(snapshot(p, &model, &optim, pr)?)
         };
         if !pr.before_task_done {
             if c.optimizer.reset_per_task && round > 0 {
@@ -844,7 +981,7 @@ fn run_inner(
                     let train_s = tt.elapsed().as_secs_f64();
                     pr.timings.train_s += train_s;
                     tt = Instant::now();
-                    save(p, &model, &optim, &pr)?;
+                    save(p, &model, &optim, pr)?;
                     if interrupted {
                         bar.finish_and_clear();
                         return Err(Error::Interrupted(format!(
@@ -997,7 +1134,7 @@ fn run_inner(
                     restored.timings = pr.timings.clone();
                     restored.counters.steps = pr.counters.steps;
                     restored.counters.samples = pr.counters.samples;
-                    pr = restored;
+                    *pr = restored;
                     continue;
                 }
                 _ => pr.events.push(Event {
@@ -1013,10 +1150,32 @@ fn run_inner(
         pr.chunk = 0;
         pr.step_in_task = 0;
         pr.before_task_done = false;
-        save(p, &model, &optim, &pr)?;
+        save(p, &model, &optim, pr)?;
     }
 
     write_atomic(&opts.out.join("steps.csv"), steps_csv(&pr.logs).as_bytes())?;
+    let report = build_report(
+        p,
+        pr,
+        &inner,
+        model.numel() as u64,
+        earlier_s + t0.elapsed().as_secs_f64() + setup_s,
+    );
+    report.write(&opts.out)?;
+    Ok(report)
+}
+
+/// The report of a run at `pr`: the matrix and metrics so far, the memory and time figures
+/// (`total_s` seconds of wall time over every process of the run), `parameters` of the model.
+fn build_report(
+    p: &Prepared,
+    pr: &Progress,
+    inner: &Device,
+    parameters: u64,
+    total_s: f64,
+) -> Report {
+    let c = &p.cfg.config;
+    let stream = &p.stream;
     let m = metrics::compute(&pr.matrix, &pr.baseline);
     let mut mem = pr.memory.clone();
     mem.peak_bytes = mem
@@ -1024,27 +1183,29 @@ fn run_inner(
         .peak_bytes
         .max(mem.eval.peak_bytes)
         .max(mem.after_task.peak_bytes);
-    mem.end_bytes = memory::device_bytes(&inner).unwrap_or(0);
-    mem.parameters = model.numel() as u64;
+    mem.end_bytes = memory::device_bytes(inner).unwrap_or(0);
+    mem.parameters = parameters;
     mem.strategies = p
         .memory
         .iter()
         .filter_map(|s| Some((s.name().to_string(), s.report()?)))
         .collect();
     let mut timings = pr.timings.clone();
-    timings.setup_s += setup_s;
-    timings.total_s = earlier_s + t0.elapsed().as_secs_f64() + setup_s;
-    let report = Report {
+    timings.setup_s += p.setup_s;
+    timings.total_s = total_s;
+    Report {
         schema_version: SCHEMA_VERSION,
         versions: Versions::current(),
-        seed,
+        status: super::report::RunStatus::Finished,
+        failure: None,
+        seed: c.run.seed,
         device: c.run.device.clone(),
-        config: serde_json::to_value(&c).unwrap_or_default(),
+        config: serde_json::to_value(c).unwrap_or_default(),
         scenario: serde_json::to_value(stream.scenario)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default(),
-        joint,
+        joint: c.train.joint,
         tasks: stream
             .tasks
             .iter()
@@ -1071,9 +1232,7 @@ fn run_inner(
             .iter()
             .map(|s| s.to_string())
             .collect(),
-    };
-    report.write(&opts.out)?;
-    Ok(report)
+    }
 }
 
 /// The effective config a run wrote into `out` (`config.toml`), attributed to the file it came

@@ -1,0 +1,239 @@
+//! Nothing a user owns is lost: the output directory contract. A directory that is not an
+//! engram run is refused untouched; a new run replaces a run only when it finishes (a failing
+//! one leaves it byte for byte and keeps its own record in `attempts/`); a diverged run records
+//! its steps and where it stopped; a second writer is refused while the first holds the lock.
+
+use crate::util::{engram, output, run, small_config};
+use serde_json::Value;
+use std::path::Path;
+
+fn json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn run_to(cfg: &Path, out: &Path, extra: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut c = engram();
+    c.args(["run", cfg.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .args(extra);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    output(c.output().unwrap())
+}
+
+fn attempts(out: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(out.join("attempts"))
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_directory_that_is_not_a_run_is_refused_and_left_untouched() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "c.toml", "");
+    let mine = d.path().join("mine");
+    std::fs::create_dir_all(mine.join("plots")).unwrap();
+    for f in ["notes.txt", "plots/f.png", "metrics.csv", "config.toml"] {
+        std::fs::write(mine.join(f), "keep").unwrap();
+    }
+    let (code, msg) = run_to(&cfg, &mine, &["-q"], &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("holds files that engram did not write"),
+        "{msg}"
+    );
+    let (code, msg) = run_to(&cfg, &mine, &["-q", "--overwrite"], &[]);
+    assert_eq!(code, 2, "{msg}");
+    for f in ["notes.txt", "plots/f.png", "metrics.csv", "config.toml"] {
+        assert_eq!(
+            std::fs::read_to_string(mine.join(f)).unwrap(),
+            "keep",
+            "{f}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&mine).unwrap().count(),
+        4,
+        "nothing added"
+    );
+    // `[run] out = ""` is not the current directory.
+    let (code, msg) = run(&["run", cfg.to_str().unwrap(), "--set", "run.out=\"\"", "-q"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("empty path"), "{msg}");
+}
+
+#[test]
+fn a_run_is_replaced_only_by_a_run_that_finishes() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "c.toml", "checkpoint_every = 3\n");
+    let out = d.path().join("out");
+    let (code, msg) = run_to(&cfg, &out, &["-q"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let first = std::fs::read(out.join("report.json")).unwrap();
+    let steps = std::fs::read(out.join("steps.csv")).unwrap();
+
+    // A failing run, with and without --overwrite: the finished run is kept byte for byte,
+    // and each attempt keeps its own record.
+    for extra in [&["--overwrite"][..], &[][..]] {
+        let mut args = vec!["-q", "--set", "optimizer.lr=1e30"];
+        args.extend(extra);
+        let (code, msg) = run_to(&cfg, &out, &args, &[]);
+        assert_eq!(code, 1, "{msg}");
+        assert!(msg.contains("is unchanged; this attempt's record"), "{msg}");
+    }
+    assert_eq!(std::fs::read(out.join("report.json")).unwrap(), first);
+    assert_eq!(std::fs::read(out.join("steps.csv")).unwrap(), steps);
+    let tried = attempts(&out);
+    assert_eq!(tried.len(), 2, "{tried:?}");
+    for a in &tried {
+        let r = json(&a.join("report.json"));
+        assert_eq!(r["status"], "failed");
+        assert!(a.join("steps.csv").is_file());
+    }
+    // `report` and `compare` read an attempt.
+    let (code, msg) = run(&["compare", out.to_str().unwrap(), tried[0].to_str().unwrap()]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("(failed at task 0"), "{msg}");
+    let (code, msg) = run(&["report", tried[0].to_str().unwrap()]);
+    assert_eq!(code, 0, "{msg}");
+
+    // A run that finishes replaces it: its report and checkpoints, no trace of the old one;
+    // the failed attempts stay as records.
+    let (code, msg) = run_to(
+        &cfg,
+        &out,
+        &[
+            "-q",
+            "--set",
+            "train.checkpoint_every=4",
+            "--set",
+            "optimizer.lr=0.02",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{msg}");
+    let r = json(&out.join("report.json"));
+    assert_eq!(r["config"]["optimizer"]["lr"], 0.02);
+    let cks: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    // The newest two checkpoints of the new run (every 4 steps); the old run's step 30 is gone.
+    assert!(cks.contains(&"step-00000028".to_string()), "{cks:?}");
+    assert!(!cks.contains(&"step-00000030".to_string()), "{cks:?}");
+    assert_eq!(attempts(&out).len(), 2);
+    assert!(
+        std::fs::read_dir(&out)
+            .unwrap()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().starts_with(".replaced")),
+    );
+
+    // An unfinished run is refused without --overwrite (it could be resumed), and replaced
+    // by a run that finishes with it.
+    let cut = d.path().join("cut");
+    let (code, _) = run_to(&cfg, &cut, &["-q"], &[("ENGRAM_FAILPOINT", "step-5")]);
+    assert_ne!(code, 0);
+    let (code, msg) = run_to(&cfg, &cut, &["-q"], &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("holds an unfinished run") && msg.contains("engram resume"),
+        "{msg}"
+    );
+    let (code, msg) = run_to(&cfg, &cut, &["-q", "--overwrite"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(json(&cut.join("report.json"))["status"], "finished");
+    assert!(attempts(&cut).is_empty());
+}
+
+#[test]
+fn an_interrupted_attempt_resumes_and_then_replaces_the_run() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "c.toml", "checkpoint_every = 3\n");
+    let out = d.path().join("out");
+    let (code, msg) = run_to(&cfg, &out, &["-q", "--set", "optimizer.lr=0.02"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let (code, _) = run_to(&cfg, &out, &["-q"], &[("ENGRAM_FAILPOINT", "step-7")]);
+    assert_ne!(code, 0);
+    assert_eq!(
+        json(&out.join("report.json"))["config"]["optimizer"]["lr"],
+        0.02
+    );
+    let tried = attempts(&out);
+    assert_eq!(tried.len(), 1);
+    let (code, msg) = run(&["resume", tried[0].to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(
+        json(&out.join("report.json"))["config"]["optimizer"]["lr"],
+        0.05
+    );
+    assert!(attempts(&out).is_empty());
+    // The same report as a run that was never interrupted.
+    let plain = d.path().join("plain");
+    let (code, msg) = run_to(&cfg, &plain, &["-q"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let stable = |p: &Path| {
+        let mut r = json(&p.join("report.json"));
+        for k in ["timings", "throughput", "memory"] {
+            r.as_object_mut().unwrap().remove(k);
+        }
+        r
+    };
+    assert_eq!(stable(&out), stable(&plain));
+}
+
+#[test]
+fn a_diverged_run_keeps_its_steps_and_where_it_stopped() {
+    let d = tempfile::tempdir().unwrap();
+    // lr = 1e30 diverges at the first step.
+    let cfg = small_config(d.path(), "c.toml", "log_every = 2\n");
+    let out = d.path().join("div");
+    let (code, msg) = run_to(&cfg, &out, &["-q", "--set", "optimizer.lr=1e30"], &[]);
+    assert_eq!(code, 1, "{msg}");
+    let r = json(&out.join("report.json"));
+    assert_eq!(r["status"], "failed");
+    let f = &r["failure"];
+    assert!(f["error"].as_str().unwrap().contains("NaN"), "{r}");
+    assert_eq!(
+        (f["task"].as_u64(), f["epoch"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let steps = std::fs::read_to_string(out.join("steps.csv")).unwrap();
+    assert!(
+        steps.starts_with("task,epoch,step,global_step,loss,lr,samples\n"),
+        "{steps}"
+    );
+    // The matrix so far (no task finished) and no metrics.
+    assert_eq!(r["accuracy_matrix"], serde_json::json!([]));
+    assert!(r["metrics"]["acc"].is_null());
+    // `engram report` reads it.
+    let (code, msg) = run(&["report", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{msg}");
+}
+
+#[test]
+fn a_second_writer_is_refused_while_the_lock_is_held() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "c.toml", "");
+    let out = d.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let lock = engram::outdir::take(&out).unwrap();
+    let (code, msg) = run_to(&cfg, &out, &["-q"], &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "being written by another engram process (pid {})",
+            std::process::id()
+        )),
+        "{msg}"
+    );
+    let (code, msg) = run(&["resume", out.to_str().unwrap()]);
+    assert_eq!(code, 2, "{msg}");
+    // The lock dies with its holder: the next run takes it.
+    drop(lock);
+    let (code, msg) = run_to(&cfg, &out, &["-q"], &[]);
+    assert_eq!(code, 0, "{msg}");
+}
