@@ -276,3 +276,82 @@ fn ctrl_c_writes_a_checkpoint_exits_130_and_resumes_to_the_same_report() {
     assert_eq!(code, 0, "{msg}");
     assert_eq!(stable(&full), stable(&cut));
 }
+
+/// The checkpoint contract: a newest checkpoint that verifies (its manifest matches) but does
+/// not decode into the run's strategies is passed over with a warning for the older one, and
+/// the resumed report still equals the uninterrupted one; checkpoints copied in from a run with
+/// another config are refused by resume and eval alike, naming both configs.
+#[test]
+fn checkpoints_that_do_not_decode_or_belong_elsewhere_are_not_used() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "r.toml", EXTRA);
+    let full = d.path().join("full");
+    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+
+    let cut = d.path().join("cut");
+    let (code, _) = run_failing(&cfg, &cut, "step-12", false);
+    assert_ne!(code, 0);
+    let newest = cut.join("checkpoints/step-00000010");
+    // Replace the replay strategy's metadata by `null` and re-sign the manifest: the files
+    // verify, the state does not decode.
+    let state_path = newest.join("state.json");
+    let mut state: Value = serde_json::from_slice(&std::fs::read(&state_path).unwrap()).unwrap();
+    let replay = state["forgetting"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|s| s["name"] == "replay")
+        .unwrap();
+    replay["meta"] = Value::Null;
+    let bytes = serde_json::to_vec(&state).unwrap();
+    std::fs::write(&state_path, &bytes).unwrap();
+    let manifest_path = newest.join("manifest.json");
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    manifest["files"]["state.json"] = engram::core::fsutil::sha256_hex(&bytes).into();
+    std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+
+    let (code, msg) = run(&["eval", cut.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(
+        msg.contains("warning: skipping a damaged checkpoint") && msg.contains("step-00000010"),
+        "{msg}"
+    );
+    let (code, msg) = run(&["resume", cut.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(
+        msg.contains("step-00000010") && msg.contains("replay"),
+        "{msg}"
+    );
+    assert_eq!(stable(&full), stable(&cut));
+
+    // Checkpoints of a run with another memory size, copied into this one's directory.
+    let other_cfg = small_config(
+        d.path(),
+        "o.toml",
+        &EXTRA.replace("capacity = 60", "capacity = 80"),
+    );
+    let other = d.path().join("other");
+    let (code, _) = run_failing(&other_cfg, &other, "step-12", false);
+    assert_ne!(code, 0);
+    let mixed = d.path().join("mixed");
+    let (code, _) = run_failing(&cfg, &mixed, "step-7", false);
+    assert_ne!(code, 0);
+    std::fs::remove_dir_all(mixed.join("checkpoints")).unwrap();
+    std::fs::rename(other.join("checkpoints"), mixed.join("checkpoints")).unwrap();
+    for args in [
+        &["resume"][..],
+        &["eval"][..],
+        &["export", "--safetensors", "/dev/null"][..],
+    ] {
+        let mut a = vec![args[0], mixed.to_str().unwrap()];
+        a.extend(&args[1..]);
+        let (code, msg) = run(&a);
+        assert_eq!(code, 2, "{args:?}: {msg}");
+        assert!(
+            msg.contains("was written under another config"),
+            "{args:?}: {msg}"
+        );
+    }
+}

@@ -115,6 +115,9 @@ struct SavedStrategy {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct StateFile {
     format: u32,
+    /// SHA-256 of the config the checkpoint was written under (absent in older checkpoints).
+    #[serde(default)]
+    config_sha256: String,
     progress: Progress,
     forgetting: Vec<SavedStrategy>,
     memory: Vec<SavedStrategy>,
@@ -144,6 +147,9 @@ pub struct Checkpoint {
     pub memory: Vec<(String, StrategyState)>,
     /// `(name, state)` of each scheduler, in config order.
     pub schedulers: Vec<(String, StrategyState)>,
+    /// Hex SHA-256 of the run's effective config (`OUT/config.toml`) it was written under;
+    /// empty for checkpoints of older engram versions.
+    pub config_sha256: String,
 }
 
 fn pack(
@@ -248,6 +254,7 @@ pub fn save(out: &Path, step: usize, ck: &Checkpoint) -> Result<PathBuf> {
     let mut blob = Vec::new();
     let state = StateFile {
         format: FORMAT,
+        config_sha256: ck.config_sha256.clone(),
         progress: ck.progress.clone(),
         forgetting: pack("forgetting", &ck.forgetting, &mut blob),
         memory: pack("memory", &ck.memory, &mut blob),
@@ -354,16 +361,21 @@ pub fn load_dir(path: &Path) -> Result<Checkpoint> {
         forgetting: un(state.forgetting)?,
         memory: un(state.memory)?,
         schedulers: un(state.schedulers)?,
+        config_sha256: state.config_sha256,
     })
+}
+
+/// The checkpoint directories under `out`, newest first.
+pub fn newest_first(out: &Path) -> Vec<PathBuf> {
+    let mut names = list(out);
+    names.sort();
+    names.into_iter().rev().map(|n| dir(out).join(n)).collect()
 }
 
 /// The newest checkpoint under `out` that verifies, with the problems of any newer ones.
 pub fn load_latest(out: &Path) -> (Option<(PathBuf, Checkpoint)>, Vec<Error>) {
-    let mut names = list(out);
-    names.sort();
     let mut skipped = Vec::new();
-    for n in names.into_iter().rev() {
-        let p = dir(out).join(&n);
+    for p in newest_first(out) {
         match load_dir(&p) {
             Ok(ck) => return (Some((p, ck)), skipped),
             Err(e) => skipped.push(e),
@@ -388,6 +400,7 @@ mod tests {
         Checkpoint {
             model: vec![1, 2, 3],
             optimizer: vec![4, 5],
+            config_sha256: "ab".repeat(32),
             progress: Progress {
                 round: step,
                 global_step: step * 10,

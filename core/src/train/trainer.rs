@@ -444,10 +444,17 @@ pub fn confusion_matrix(
     m
 }
 
-fn strategy_err(name: &str, e: impl std::fmt::Display) -> Error {
-    Error::Strategy {
-        strategy: name.to_string(),
-        message: e.to_string(),
+/// `e` as an error of strategy `name`; an error that already names that strategy is kept as
+/// it is (the name once, not twice).
+fn strategy_err(name: &str, e: Error) -> Error {
+    match e {
+        e @ Error::Strategy { .. } if matches!(&e, Error::Strategy { strategy, .. } if strategy == name) => {
+            e
+        }
+        e => Error::Strategy {
+            strategy: name.to_string(),
+            message: e.to_string(),
+        },
     }
 }
 
@@ -482,7 +489,104 @@ fn snapshot(
         forgetting: states(&p.forgetting, |s| s.name().to_string(), |s| s.state())?,
         memory: states(&p.memory, |s| s.name().to_string(), |s| s.state())?,
         schedulers: states(&p.schedulers, |s| s.name().to_string(), |s| s.state())?,
+        config_sha256: crate::fsutil::sha256_hex(p.cfg.source.as_bytes()),
     })
+}
+
+/// The checkpoint contract, the same for `resume`, `eval` and `export`: checkpoint `ck` (at
+/// `path`) belongs to the run prepared as `p` when it was written under the same effective
+/// config (SHA-256 of `config.toml`; checkpoints of older versions carry none) and saved the
+/// state of the same strategies, in the same order.
+///
+/// # Errors
+/// [`Error::Checkpoint`] naming both configs' hashes or both strategy lists.
+pub fn check_belongs(p: &Prepared, ck: &Checkpoint, path: &Path) -> Result<()> {
+    let bad = |m: String| Error::Checkpoint {
+        path: path.to_path_buf(),
+        message: m,
+    };
+    let have = crate::fsutil::sha256_hex(p.cfg.source.as_bytes());
+    if !ck.config_sha256.is_empty() && ck.config_sha256 != have {
+        return Err(bad(format!(
+            "was written under another config (SHA-256 {}…) than this run's {} ({}…): copied in from another run? use it in the run directory it came from",
+            &ck.config_sha256[..12.min(ck.config_sha256.len())],
+            p.cfg.file.display(),
+            &have[..12]
+        )));
+    }
+    let check =
+        |want: Vec<String>, got: &[(String, crate::strategy::StrategyState)], what: &str| {
+            let names: Vec<String> = got.iter().map(|(n, _)| n.clone()).collect();
+            if names != want {
+                return Err(bad(format!(
+                    "holds the state of {what} strategies {names:?}, but {} lists {want:?}",
+                    p.cfg.file.display()
+                )));
+            }
+            Ok(())
+        };
+    check(
+        p.forgetting.iter().map(|s| s.name().to_string()).collect(),
+        &ck.forgetting,
+        "forgetting",
+    )?;
+    check(
+        p.memory.iter().map(|s| s.name().to_string()).collect(),
+        &ck.memory,
+        "memory",
+    )?;
+    check(
+        p.schedulers.iter().map(|s| s.name().to_string()).collect(),
+        &ck.schedulers,
+        "scheduler",
+    )
+}
+
+/// The newest checkpoint under `out` that verifies, belongs to the run ([`check_belongs`]) and
+/// decodes into its model and strategies; each newer one that does not is passed over with a
+/// warning on standard error. `None` when the run has no checkpoint.
+///
+/// # Errors
+/// The newest checkpoint's error when every checkpoint fails (a run whose checkpoints all come
+/// from another config must not silently start over).
+fn usable_checkpoint(p: &mut Prepared, out: &Path) -> Result<Option<(PathBuf, Checkpoint)>> {
+    let candidates = checkpoint::newest_first(out);
+    let mut first_error = None;
+    for dir in candidates {
+        let tried = checkpoint::load_dir(&dir).and_then(|ck| {
+            check_belongs(p, &ck, &dir)?;
+            // Decoding is tried on a throw-away model: the run restores it again for real.
+            let model = build_model(&p.cfg, &p.stream, &p.device);
+            restore_model(
+                &mut p.forgetting,
+                model,
+                ck.forgetting.clone(),
+                &ck.model,
+                &p.device,
+                &dir,
+            )?;
+            Ok(ck)
+        });
+        match tried {
+            Ok(ck) => return Ok(Some((dir, ck))),
+            Err(e) => {
+                // Named by its directory, whichever part failed.
+                let e = match e {
+                    e @ Error::Checkpoint { .. } => e,
+                    other => Error::Checkpoint {
+                        path: dir.clone(),
+                        message: format!("does not decode: {other}"),
+                    },
+                };
+                eprintln!("warning: skipping a damaged checkpoint: {e}");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(None),
+    }
 }
 
 /// The strategies of a run, borrowed apart from its stream.
@@ -508,31 +612,8 @@ fn restore(
     let optim = optim
         .from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.optimizer))
         .map_err(|e| bad(format!("optimizer: {e}")))?;
-    let check =
-        |want: Vec<String>, got: &[(String, crate::strategy::StrategyState)], what: &str| {
-            let names: Vec<String> = got.iter().map(|(n, _)| n.clone()).collect();
-            if names != want {
-                return Err(bad(format!(
-                    "{what} strategies {names:?} differ from the config's {want:?}"
-                )));
-            }
-            Ok(())
-        };
-    check(
-        p.forgetting.iter().map(|s| s.name().to_string()).collect(),
-        &ck.forgetting,
-        "forgetting",
-    )?;
-    check(
-        p.memory.iter().map(|s| s.name().to_string()).collect(),
-        &ck.memory,
-        "memory",
-    )?;
-    check(
-        p.schedulers.iter().map(|s| s.name().to_string()).collect(),
-        &ck.schedulers,
-        "scheduler",
-    )?;
+    // The strategy lists were compared by `check_belongs` when the checkpoint was chosen; a
+    // rollback restores a snapshot of this very run.
     let model = restore_model(p.forgetting, model, ck.forgetting, &ck.model, device, path)?;
     for (s, (_, st)) in p.memory.iter_mut().zip(ck.memory) {
         let name = s.name().to_string();
@@ -1273,13 +1354,14 @@ pub fn run_config(out: &Path) -> Result<LoadedConfig> {
     Ok(loaded)
 }
 
-/// Locates a checkpoint: `path` is a checkpoint directory (`OUT/checkpoints/step-N`) or a
-/// run's output directory (its newest valid checkpoint). Returns the run directory, the
-/// checkpoint directory and its contents.
+/// Locates a checkpoint: `path` is a checkpoint directory (`OUT/checkpoints/step-N`: returns
+/// the run directory and that checkpoint, read and verified) or a run's output directory
+/// holding checkpoints (returns it and `None`: the caller picks the newest usable one).
 ///
 /// # Errors
-/// [`Error::Checkpoint`] when nothing valid is found.
-pub fn find_checkpoint(path: &Path) -> Result<(PathBuf, PathBuf, Checkpoint)> {
+/// [`Error::Checkpoint`] for a checkpoint that does not verify or lies outside its run, and
+/// for a directory without checkpoints (a `--seeds` directory is named as such).
+pub fn find_checkpoint(path: &Path) -> Result<(PathBuf, Option<(PathBuf, Checkpoint)>)> {
     if path.join("manifest.json").is_file() {
         let ck = checkpoint::load_dir(path)?;
         let out = path
@@ -1293,27 +1375,19 @@ pub fn find_checkpoint(path: &Path) -> Result<(PathBuf, PathBuf, Checkpoint)> {
                 message: "a checkpoint outside its run directory: its stream and model are rebuilt from the run's config.toml (OUT/config.toml for OUT/checkpoints/step-N)".into(),
             });
         }
-        return Ok((out, path.to_path_buf(), ck));
+        return Ok((out, Some((path.to_path_buf(), ck))));
     }
-    match checkpoint::load_latest(path) {
-        (Some((dir, ck)), skipped) => {
-            // A newer checkpoint that fails its checks is passed over, and said so.
-            for e in &skipped {
-                eprintln!("warning: skipping a damaged checkpoint: {e}");
-            }
-            Ok((path.to_path_buf(), dir, ck))
-        }
-        (None, skipped) => Err(Error::Checkpoint {
+    if checkpoint::newest_first(path).is_empty() {
+        return Err(Error::Checkpoint {
             path: path.to_path_buf(),
-            message: match skipped.first() {
-                Some(e) => format!("no valid checkpoint ({e})"),
-                None if path.join("seed-0").is_dir() || path.join("aggregate.json").is_file() => {
-                    "a --seeds directory: give one seed's run, OUT_DIR/seed-N".into()
-                }
-                None => "no checkpoint here (give OUT_DIR or OUT_DIR/checkpoints/step-N)".into(),
+            message: if path.join("seed-0").is_dir() || path.join("aggregate.json").is_file() {
+                "a --seeds directory: give one seed's run, OUT_DIR/seed-N".into()
+            } else {
+                "no checkpoint here (give OUT_DIR or OUT_DIR/checkpoints/step-N)".into()
             },
-        }),
+        });
     }
+    Ok((path.to_path_buf(), None))
 }
 
 /// Rebuilds a run's stream and loads a checkpoint's model: for `engram eval` and `export`.
@@ -1325,9 +1399,21 @@ pub fn load_checkpoint_model(
     path: &Path,
     registry: &Registry,
 ) -> Result<(Prepared, Model, Progress)> {
-    let (out, dir, ck) = find_checkpoint(path)?;
+    let (out, named) = find_checkpoint(path)?;
     let registry = with_recorded_plugins(&out, registry)?;
     let mut p = prepare(run_config(&out)?, &registry)?;
+    // A checkpoint named by its path: that one, under the contract; a run directory: the
+    // newest checkpoint that belongs to it and decodes, as for resume.
+    let (dir, ck) = match named {
+        Some((dir, ck)) => {
+            check_belongs(&p, &ck, &dir)?;
+            (dir, ck)
+        }
+        None => usable_checkpoint(&mut p, &out)?.ok_or_else(|| Error::Checkpoint {
+            path: out.clone(),
+            message: "no checkpoint here".into(),
+        })?,
+    };
     let model = build_model(&p.cfg, &p.stream, &p.device);
     let model = restore_model(
         &mut p.forgetting,
@@ -1377,10 +1463,7 @@ pub fn export_safetensors(model: &Model, path: &Path) -> Result<()> {
 pub fn resume(out: &Path, registry: &Registry, progress: bool) -> Result<Report> {
     let registry = with_recorded_plugins(out, registry)?;
     let mut p = prepare(run_config(out)?, &registry)?;
-    let (latest, skipped) = checkpoint::load_latest(out);
-    for e in &skipped {
-        eprintln!("warning: skipping a damaged checkpoint: {e}");
-    }
+    let latest = usable_checkpoint(&mut p, out)?;
     match &latest {
         Some((path, ck))
             if ck.progress.round >= p.stream.len()
