@@ -51,6 +51,9 @@ enum Command {
         /// class, column: predicted class, in samples) and each class's recall.
         #[arg(long)]
         confusion: bool,
+        /// Evaluate on this device (cpu, vulkan or cuda) instead of the run's.
+        #[arg(long)]
+        device: Option<String>,
     },
     /// Write a checkpoint's weights for other tools.
     Export {
@@ -59,12 +62,19 @@ enum Command {
         /// The safetensors file to write.
         #[arg(long)]
         safetensors: PathBuf,
+        /// Load the checkpoint on this device (cpu, vulkan or cuda) instead of the run's.
+        #[arg(long)]
+        device: Option<String>,
     },
     /// Continue a killed or interrupted run from its newest valid checkpoint (a `--seeds`
     /// directory: every unfinished seed, then the aggregate).
     Resume {
         /// The run's output directory.
         out: PathBuf,
+        /// Continue on this device (cpu, vulkan or cuda) instead of the one the run started
+        /// on; the result is the same run.
+        #[arg(long)]
+        device: Option<String>,
     },
     /// Check a config (syntax, keys, strategies, dataset) without running it.
     Validate {
@@ -315,8 +325,10 @@ fn dispatch(cli: &Cli) -> Result<()> {
             checkpoint,
             json,
             confusion,
+            device,
         } => {
-            let (p, model, progress) = trainer::load_checkpoint_model(checkpoint, &registry)?;
+            let (p, model, progress) =
+                trainer::load_checkpoint_model(checkpoint, &registry, device.as_deref())?;
             let seen = progress.round.saturating_sub(1);
             let valid = engram::core::burn::module::Module::valid(&model);
             let acc: Vec<f64> = (0..p.stream.len())
@@ -385,15 +397,17 @@ fn dispatch(cli: &Cli) -> Result<()> {
         Command::Export {
             checkpoint,
             safetensors,
+            device,
         } => {
-            let (_, model, _) = trainer::load_checkpoint_model(checkpoint, &registry)?;
+            let (_, model, _) =
+                trainer::load_checkpoint_model(checkpoint, &registry, device.as_deref())?;
             trainer::export_safetensors(&model, safetensors)?;
             if !cli.quiet {
                 println!("{}", safetensors.display());
             }
             Ok(())
         }
-        Command::Resume { out } => resume(cli, &registry, out),
+        Command::Resume { out, device } => resume(cli, &registry, out, device.as_deref()),
         Command::Validate { config, sets } => {
             let cfg = LoadedConfig::load(config, sets)?;
             let p = prepare(cfg, &registry, sets)?;
@@ -1032,14 +1046,14 @@ fn seed_dirs(out: &Path) -> Vec<(u64, PathBuf)> {
 
 /// `engram resume OUT`: one run, or every seed of a `--seeds` run (finished seeds are read,
 /// the others resumed or started), then the aggregate again.
-fn resume(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
+fn resume(cli: &Cli, registry: &Registry, out: &Path, device: Option<&str>) -> Result<()> {
     // One writer at a time, as for `run`.
     let _lock = if out.is_dir() {
         Some(engram::outdir::take(out)?)
     } else {
         None
     };
-    resume_locked(cli, registry, out)?;
+    resume_locked(cli, registry, out, device)?;
     // A finished attempt replaces the run it was started to replace.
     if let Some(dest) = engram::outdir::replaces(out) {
         let _dest_lock = engram::outdir::take(&dest)?;
@@ -1054,11 +1068,12 @@ fn resume(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
     Ok(())
 }
 
-fn resume_locked(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
+fn resume_locked(cli: &Cli, registry: &Registry, out: &Path, device: Option<&str>) -> Result<()> {
     let progress = !cli.quiet && std::io::stderr().is_terminal();
     let seeds = seed_dirs(out);
     if out.join("config.toml").is_file() || seeds.is_empty() {
-        let report = trainer::resume(out, registry, progress).map_err(|e| resume_hint(e, out))?;
+        let report =
+            trainer::resume(out, registry, progress, device).map_err(|e| resume_hint(e, out))?;
         if cli.quiet {
             println!("ACC {:.4}", report.metrics.acc.unwrap_or(f64::NAN));
         } else {
@@ -1071,7 +1086,7 @@ fn resume_locked(cli: &Cli, registry: &Registry, out: &Path) -> Result<()> {
         let r = if engram::core::train::report::finished_run(&dir) {
             engram::report::load_report(&dir)
         } else {
-            trainer::resume(&dir, registry, progress)
+            trainer::resume(&dir, registry, progress, device)
         };
         match r {
             Ok(r) => reports.push(r),

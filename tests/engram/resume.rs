@@ -355,3 +355,36 @@ fn checkpoints_that_do_not_decode_or_belong_elsewhere_are_not_used() {
         );
     }
 }
+
+/// The device is not part of what a checkpoint belongs to: `resume`, `eval` and `export` take
+/// `--device`, a device this build lacks is exit 2 naming it, and the resumed report equals
+/// the uninterrupted one.
+#[test]
+fn resume_eval_and_export_take_a_device() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "dev.toml", "checkpoint_every = 5\n");
+    let full = d.path().join("full");
+    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let cut = d.path().join("cut");
+    let (code, _) = run_failing(&cfg, &cut, "step-8", false);
+    assert_ne!(code, 0);
+    let c = cut.to_str().unwrap();
+    for args in [
+        &["resume", c, "--device", "tpu"][..],
+        &["eval", c, "--device", "tpu"][..],
+        &["export", c, "--safetensors", "/dev/null", "--device", "tpu"][..],
+    ] {
+        let (code, msg) = run(args);
+        assert_eq!(code, 2, "{args:?}: {msg}");
+        assert!(
+            msg.contains("device `tpu`: unknown device"),
+            "{args:?}: {msg}"
+        );
+    }
+    let (code, msg) = run(&["eval", c, "--device", "cpu", "--json"]);
+    assert_eq!(code, 0, "{msg}");
+    let (code, msg) = run(&["resume", c, "--device", "cpu", "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(stable(&full), stable(&cut));
+}

@@ -489,8 +489,31 @@ fn snapshot(
         forgetting: states(&p.forgetting, |s| s.name().to_string(), |s| s.state())?,
         memory: states(&p.memory, |s| s.name().to_string(), |s| s.state())?,
         schedulers: states(&p.schedulers, |s| s.name().to_string(), |s| s.state())?,
-        config_sha256: crate::fsutil::sha256_hex(p.cfg.source.as_bytes()),
+        config_sha256: config_identity(&p.cfg.config),
     })
+}
+
+/// What ties a checkpoint to its run: the hex SHA-256 of the effective config as JSON, with the
+/// keys that do not change what is trained left out (`[run] device`, `[run] out`), so that a
+/// run trained on one device resumes or evaluates on another.
+pub fn config_identity(c: &crate::config::Config) -> String {
+    let mut c = c.clone();
+    c.run.device = String::new();
+    c.run.out = None;
+    crate::fsutil::sha256_hex(&serde_json::to_vec(&c).unwrap_or_default())
+}
+
+/// `cfg` with `[run] device` replaced by `device` when given (`--device` of `resume`, `eval`,
+/// `export`); the device is not part of a checkpoint's [`config_identity`].
+///
+/// # Errors
+/// [`Error::Device`] for an unknown device or one this build or machine lacks.
+fn on_device(mut cfg: LoadedConfig, device: Option<&str>) -> Result<LoadedConfig> {
+    if let Some(d) = device {
+        crate::device::select(d)?;
+        cfg.config.run.device = d.to_string();
+    }
+    Ok(cfg)
 }
 
 /// The checkpoint contract, the same for `resume`, `eval` and `export`: checkpoint `ck` (at
@@ -505,7 +528,7 @@ pub fn check_belongs(p: &Prepared, ck: &Checkpoint, path: &Path) -> Result<()> {
         path: path.to_path_buf(),
         message: m,
     };
-    let have = crate::fsutil::sha256_hex(p.cfg.source.as_bytes());
+    let have = config_identity(&p.cfg.config);
     if !ck.config_sha256.is_empty() && ck.config_sha256 != have {
         return Err(bad(format!(
             "was written under another config (SHA-256 {}…) than this run's {} ({}…): copied in from another run? use it in the run directory it came from",
@@ -1398,10 +1421,11 @@ pub fn find_checkpoint(path: &Path) -> Result<(PathBuf, Option<(PathBuf, Checkpo
 pub fn load_checkpoint_model(
     path: &Path,
     registry: &Registry,
+    device: Option<&str>,
 ) -> Result<(Prepared, Model, Progress)> {
     let (out, named) = find_checkpoint(path)?;
     let registry = with_recorded_plugins(&out, registry)?;
-    let mut p = prepare(run_config(&out)?, &registry)?;
+    let mut p = prepare(on_device(run_config(&out)?, device)?, &registry)?;
     // A checkpoint named by its path: that one, under the contract; a run directory: the
     // newest checkpoint that belongs to it and decodes, as for resume.
     let (dir, ck) = match named {
@@ -1460,9 +1484,14 @@ pub fn export_safetensors(model: &Model, path: &Path) -> Result<()> {
 ///
 /// # Errors
 /// [`Error::Checkpoint`] when `out` holds no run; otherwise as [`prepare`] and [`run`].
-pub fn resume(out: &Path, registry: &Registry, progress: bool) -> Result<Report> {
+pub fn resume(
+    out: &Path,
+    registry: &Registry,
+    progress: bool,
+    device: Option<&str>,
+) -> Result<Report> {
     let registry = with_recorded_plugins(out, registry)?;
-    let mut p = prepare(run_config(out)?, &registry)?;
+    let mut p = prepare(on_device(run_config(out)?, device)?, &registry)?;
     let latest = usable_checkpoint(&mut p, out)?;
     match &latest {
         Some((path, ck))
