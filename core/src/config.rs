@@ -940,6 +940,26 @@ impl LoadedConfig {
                 None,
             ));
         }
+        // `momentum` is SGD's; Adam and AdamW would ignore it without a word.
+        if c.optimizer.kind != OptimizerKind::Sgd
+            && toml::from_str::<toml::Table>(&self.source)
+                .ok()
+                .and_then(|t| t.get("optimizer")?.get("momentum").cloned())
+                .is_some()
+        {
+            return Err(self.error_at(
+                "optimizer",
+                "momentum",
+                format!(
+                    "momentum is an SGD key; `{}` does not use it",
+                    serde_json::to_value(c.optimizer.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                ),
+                Some("remove it, or use type = \"sgd\"".into()),
+            ));
+        }
         let decay_ok = c.optimizer.weight_decay >= 0.0 && c.optimizer.weight_decay.is_finite();
         if !(decay_ok && (0.0..1.0).contains(&c.optimizer.momentum)) {
             return Err(self.error_at(

@@ -85,7 +85,7 @@ impl Lr {
             Shape::Cosine => CosineAnnealingLrSchedulerConfig::new(base, iters)
                 .with_min_lr(self.p.min_lr.min(base))
                 .init(),
-            Shape::Step => StepLrSchedulerConfig::new(base, self.p.step_size.max(1))
+            Shape::Step => StepLrSchedulerConfig::new(base, self.p.step_size)
                 .with_gamma(self.p.gamma)
                 .init(),
             Shape::Linear => {
@@ -143,6 +143,13 @@ fn build_lr(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>>
         return Err(src.key_error(
             "task_factors",
             "lr: task_factors must be positive".into(),
+            None,
+        ));
+    }
+    if p.step_size == 0 {
+        return Err(src.key_error(
+            "step_size",
+            "lr: step_size must be at least 1 (steps between two multiplications by gamma)".into(),
             None,
         ));
     }
@@ -402,10 +409,21 @@ impl Scheduler for Anomaly {
 fn build_anomaly(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>> {
     let p: AnomalyParams = src.parse()?;
     let positive = |v: f64| v > 0.0 && v.is_finite();
-    if !positive(p.lr_factor) || !positive(p.lambda_factor) || p.threshold < 0.0 {
+    if !positive(p.lr_factor) || !positive(p.lambda_factor) {
         return Err(src.key_error(
             "lr_factor",
-            "anomaly: lr_factor and lambda_factor must be > 0, threshold ≥ 0".into(),
+            "anomaly: lr_factor and lambda_factor must be finite and > 0".into(),
+            None,
+        ));
+    }
+    // NaN would compare false with every drop and silently turn the detector off.
+    if !(p.threshold >= 0.0 && p.threshold.is_finite()) {
+        return Err(src.key_error(
+            "threshold",
+            format!(
+                "anomaly: threshold {} must be a finite share of accuracy ≥ 0 (0.05 = 5 points)",
+                p.threshold
+            ),
             None,
         ));
     }

@@ -100,6 +100,22 @@ fn cases() -> Vec<(String, String, &'static str)> {
         ),
         ("model_type", "", ""),
         ("too_many_tasks", "", ""),
+        // Values once accepted and clamped or ignored (issue: nothing lost, never a panic).
+        (
+            "step_size_zero",
+            "[[scheduler]]\ntype = \"lr\"\nschedule = \"step\"\nstep_size = 0\n",
+            ":8:1: lr: step_size must be at least 1",
+        ),
+        (
+            "threshold_nan",
+            "[[scheduler]]\ntype = \"anomaly\"\nthreshold = nan\n",
+            ":7:1: anomaly: threshold NaN must be a finite share",
+        ),
+        (
+            "momentum_under_adamw",
+            "[optimizer]\ntype = \"adamw\"\nmomentum = 0.9\n",
+            ":7:1: momentum is an SGD key; `adamw` does not use it",
+        ),
     ];
     for (name, extra, expect) in with_min {
         let text = match name {
