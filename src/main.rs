@@ -290,12 +290,20 @@ fn main() -> ExitCode {
                 command: SweepCommand::Run { .. } | SweepCommand::Task { .. }
             }
     );
+    // SIGTERM and SIGHUP (kill, scancel, a closed terminal) are handled as Ctrl-C. A second
+    // signal within a second of the first is the same interruption delivered twice (to the
+    // process and its group, or by Slurm and by a sweep forwarding it), not a second Ctrl-C.
+    let first = std::sync::OnceLock::<std::time::Instant>::new();
     let _ = ctrlc::set_handler(move || {
         use std::sync::atomic::Ordering;
         if !training {
             std::process::exit(130);
         }
+        let t0 = *first.get_or_init(std::time::Instant::now);
         if trainer::INTERRUPTED.swap(true, Ordering::SeqCst) {
+            if t0.elapsed() < std::time::Duration::from_secs(1) {
+                return;
+            }
             eprintln!(
                 "\nengram: quit without a new checkpoint; `engram resume OUT_DIR` continues from the last one"
             );
@@ -589,10 +597,31 @@ fn dispatch(cli: &Cli) -> Result<()> {
 /// placed at the axis value that caused it, or in the base config); returns the sweep.
 fn validated_sweep(registry: &Registry, file: &Path) -> Result<engram::sweep::Sweep> {
     let sweep = engram::sweep::Sweep::load(file)?;
+    for (config, offset) in &sweep.configs {
+        if !config.is_file() {
+            return Err(sweep.error_at(
+                *offset,
+                format!("config {} does not exist", config.display()),
+                Some("paths in a sweep file are relative to the sweep file's directory".into()),
+            ));
+        }
+    }
+    let grid = sweep.grid();
+    if grid.len() > 50 {
+        eprintln!("engram: checking the {} runs of the grid…", grid.len());
+    }
     let mut errors: Vec<Error> = Vec::new();
-    for run in sweep.grid() {
-        let checked = LoadedConfig::load(&run.config, &run.sets)
-            .and_then(|cfg| prepare(cfg, registry, &run.sets).map(drop));
+    let mut prepared_cells = std::collections::HashSet::new();
+    for run in grid {
+        // Every run's config is decoded; the data and strategies are built once per cell (its
+        // seeds differ only in `run.seed`).
+        let checked = LoadedConfig::load(&run.config, &run.sets).and_then(|cfg| {
+            if prepared_cells.insert(run.cell.clone()) {
+                prepare(cfg, registry, &run.sets).map(drop)
+            } else {
+                Ok(())
+            }
+        });
         if let Err(e) = checked {
             let e = sweep.place_error(&run, e);
             if !errors.iter().any(|o| o.to_string() == e.to_string()) {
@@ -666,21 +695,30 @@ fn sweep(cli: &Cli, registry: &Registry, command: &SweepCommand) -> Result<()> {
                     dir.display()
                 );
             }
-            let summary = local::run(&exe, &dir, &manifest, *jobs, threads, cli.quiet).map_err(
-                |e| match e {
+            let mut summary = local::run(&exe, &dir, &manifest, *jobs, threads, cli.quiet)
+                .map_err(|e| match e {
                     Error::Interrupted(m) => Error::Interrupted(format!(
                         "{m}; continue with `engram sweep run {} --out {}`",
                         file.display(),
                         dir.display()
                     )),
                     other => other,
-                },
-            )?;
+                })?;
             let (table, _) = aggregate::report(&dir)?;
             if !cli.quiet {
                 print!("{table}");
             }
-            let done = summary.skipped + summary.finished;
+            // Runs another process was executing may have finished meanwhile.
+            summary.busy.retain(|name| {
+                manifest.runs.iter().any(|r| {
+                    &r.name == name && engram::sweep::exec::status(&dir, r) != Status::Done
+                })
+            });
+            let done = manifest
+                .runs
+                .iter()
+                .filter(|r| engram::sweep::exec::status(&dir, r) == Status::Done)
+                .count();
             println!(
                 "sweep {}: {done} of {} runs done ({} now, {} before), {} failed{}; table in {}",
                 sweep.name,
@@ -725,8 +763,16 @@ fn sweep(cli: &Cli, registry: &Registry, command: &SweepCommand) -> Result<()> {
             };
             let engram_bin = slurm::engram_binary(&manifest);
             let script = slurm::script(&manifest, &dir, &engram_bin, &todo);
-            if *print {
+            if *print && !todo.is_empty() {
                 print!("{script}");
+                return Ok(());
+            }
+            if *print {
+                println!(
+                    "# sweep {}: every run in {} is done; nothing to submit",
+                    sweep.name,
+                    dir.display()
+                );
                 return Ok(());
             }
             manifest.install(&dir, &sweep.source)?;
@@ -767,7 +813,18 @@ fn sweep(cli: &Cli, registry: &Registry, command: &SweepCommand) -> Result<()> {
             let status = slurm::task(&exe, dir, *index)?;
             let m = engram::sweep::Manifest::read(dir)?;
             let name = &m.runs[*index].name;
-            println!("run {index} ({name}): {}", status.word());
+            match status {
+                Status::Running => println!(
+                    "run {index} ({name}): already being executed by another process ({}); this task did nothing",
+                    {
+                        let st = engram::sweep::exec::read_state(
+                            &engram::sweep::exec::RunPaths::of(dir, &m.runs[*index]),
+                        );
+                        format!("pid {} on {}", st.pid, st.host)
+                    }
+                ),
+                other => println!("run {index} ({name}): {}", other.word()),
+            }
             match status {
                 Status::Done | Status::Running => Ok(()),
                 Status::Interrupted => Err(Error::Interrupted(format!(

@@ -130,6 +130,7 @@ pub struct Started {
     _lock: Lock,
     state: State,
     t0: std::time::Instant,
+    interrupted: bool,
 }
 
 /// What [`start`] did.
@@ -202,10 +203,13 @@ pub fn start(
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2);
-    // SAFETY: prctl in the forked child before exec; async-signal-safe.
+    // The child runs in its own process group, so that a Ctrl-C at the terminal reaches this
+    // process only and is forwarded once ([`Started::interrupt`]); it dies with this process.
+    // SAFETY: setpgid and prctl in the forked child before exec; both async-signal-safe.
     unsafe {
         use std::os::unix::process::CommandExt;
         cmd.pre_exec(|| {
+            libc::setpgid(0, 0);
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             Ok(())
         });
@@ -231,6 +235,7 @@ pub fn start(
         _lock: lock,
         state,
         t0: std::time::Instant::now(),
+        interrupted: false,
     })))
 }
 
@@ -251,16 +256,34 @@ impl Started {
         }
     }
 
-    /// Waits for the child; its final status, with its state written.
+    /// Waits for the child, passing on an interruption of this process
+    /// ([`engram_core::train::trainer::INTERRUPTED`]); its final status, with its state written.
     ///
     /// # Errors
     /// As [`Started::poll`].
     pub fn wait(mut self) -> Result<Status> {
-        let st = self
-            .child
-            .wait()
-            .map_err(|e| Error::io(&self.paths.log, e))?;
-        self.finish(st)
+        use std::sync::atomic::Ordering;
+        loop {
+            if engram_core::train::trainer::INTERRUPTED.load(Ordering::SeqCst) {
+                self.interrupt();
+            }
+            if let Some(status) = self.poll()? {
+                return Ok(status);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Asks the child to stop as Ctrl-C does (SIGINT: it writes a checkpoint at its next step
+    /// and exits 130); sent once.
+    pub fn interrupt(&mut self) {
+        if !self.interrupted {
+            self.interrupted = true;
+            // SAFETY: kill(2) on the pid of a child this value owns and has not reaped.
+            unsafe {
+                libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
+            }
+        }
     }
 
     fn finish(&mut self, st: std::process::ExitStatus) -> Result<Status> {

@@ -26,6 +26,29 @@ use std::path::{Path, PathBuf};
 /// Keys of `[sweep]` that are not axes.
 const RESERVED: [&str; 7] = ["name", "base", "configs", "seeds", "set", "out", "slurm"];
 
+/// The top-level keys of an experiment config: the first segment of every axis and `set` key.
+const SECTIONS: [&str; 9] = [
+    "run",
+    "data",
+    "model",
+    "optimizer",
+    "train",
+    "forgetting",
+    "memory",
+    "scheduler",
+    "plugins",
+];
+
+/// Keys a sweep sets itself, so that no axis or `set` entry may.
+const OWNED: [(&str, &str); 2] = [
+    ("run.seed", "the sweep's `seeds` sets each run's seed"),
+    ("run.out", "the sweep puts each run in DIR/<cell>/seed-<N>"),
+];
+
+/// The largest grid a sweep expands (runs); a larger one is most likely a mistake, and would
+/// take days to run.
+pub const MAX_RUNS: usize = 100_000;
+
 /// A cell while the grid is expanded: `[config, name parts…]`, its overrides, its axis values.
 type CellDraft = (
     Vec<String>,
@@ -116,6 +139,10 @@ pub struct GridRun {
     pub cell: String,
     /// The base config (absolute path).
     pub config: PathBuf,
+    /// Hex SHA-256 of the base config's text when the grid was expanded (empty when it could
+    /// not be read): a sweep resumed after its config was edited is refused.
+    #[serde(default)]
+    pub config_sha256: String,
     /// The overrides, as `engram run --set` takes them (fixed ones first, then axes).
     pub sets: Vec<String>,
     /// The seed (`run.seed`).
@@ -278,15 +305,6 @@ impl Sweep {
                 configs.push((resolve(s), o));
             }
         }
-        if configs.is_empty() {
-            return Err(at(
-                0,
-                "the sweep names no config".into(),
-                Some(
-                    "add base = \"experiment.toml\" or configs = [\"a.toml\", \"b.toml\"] to [sweep]",
-                ),
-            ));
-        }
         let mut seeds = Vec::new();
         if let Some(item) = sweep.get("seeds") {
             let arr = item.as_array().filter(|a| !a.is_empty()).ok_or_else(|| {
@@ -314,6 +332,39 @@ impl Sweep {
                 seeds.push(s);
             }
         }
+        // Every axis and `set` key is a path into the config: its first segment is a section.
+        let check_key = |key: &str, offset: usize| -> Result<()> {
+            let first = key.split('.').next().unwrap_or(key);
+            if !SECTIONS.contains(&first) {
+                let close = RESERVED
+                    .iter()
+                    .chain(SECTIONS.iter())
+                    .copied()
+                    .filter(|c| strsim::levenshtein(c, first) <= 2)
+                    .min_by_key(|c| strsim::levenshtein(c, first));
+                let hint = match close {
+                    Some(c) if RESERVED.contains(&c) => {
+                        format!("did you mean the sweep key `{c}`?")
+                    }
+                    Some(c) => format!("did you mean the config section `{c}`?"),
+                    None => format!(
+                        "sweep keys: {}; axes are config paths such as \"optimizer.lr\"",
+                        RESERVED.join(", ")
+                    ),
+                };
+                return Err(at(
+                    offset,
+                    format!(
+                        "`{first}` is neither a key of [sweep] nor a section of the config (in `{key}`)"
+                    ),
+                    Some(&hint),
+                ));
+            }
+            if let Some((_, why)) = OWNED.iter().find(|(k, _)| *k == key) {
+                return Err(at(offset, format!("`{key}` cannot be swept: {why}"), None));
+            }
+            Ok(())
+        };
         let mut fixed = Vec::new();
         if let Some(item) = sweep.get("set") {
             let t = item.as_table_like().ok_or_else(|| {
@@ -327,6 +378,7 @@ impl Sweep {
             flatten(t, String::new(), &mut leaves);
             for (k, v) in leaves {
                 let o = v.span().map_or(off(item), |s| s.start);
+                check_key(&k, o)?;
                 fixed.push((format!("{k}={}", toml_text(&v)), o));
             }
         }
@@ -373,6 +425,17 @@ impl Sweep {
             }
             for (key, v) in leaves {
                 let o = v.span().map_or_else(|| key_off(k), |s| s.start);
+                check_key(&key, key_off(k))?;
+                if fixed
+                    .iter()
+                    .any(|(f, _)| f.split_once('=').is_some_and(|(fk, _)| fk == key))
+                {
+                    return Err(at(
+                        o,
+                        format!("`{key}` is both an axis and a fixed value in `set`"),
+                        Some("keep one of the two"),
+                    ));
+                }
                 let arr = v.as_array().filter(|a| !a.is_empty()).ok_or_else(|| {
                     let close = crate::sweep::grid::nearest_reserved(&key);
                     at(
@@ -396,6 +459,13 @@ impl Sweep {
                             None,
                         )
                     })?;
+                    if values.iter().any(|w: &AxisValue| w.json == json) {
+                        return Err(at(
+                            vo,
+                            format!("axis `{key}`: the value {} is listed twice", toml_text(v)),
+                            None,
+                        ));
+                    }
                     values.push(AxisValue {
                         toml: toml_text(v),
                         label: label_of(&json),
@@ -409,6 +479,44 @@ impl Sweep {
                     values,
                 });
             }
+        }
+        if configs.is_empty() {
+            return Err(at(
+                0,
+                "the sweep names no config".into(),
+                Some(
+                    "add base = \"experiment.toml\" or configs = [\"a.toml\", \"b.toml\"] to [sweep]",
+                ),
+            ));
+        }
+        let mut stems: Vec<String> = Vec::new();
+        for (c, o) in &configs {
+            let stem = c
+                .file_stem()
+                .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+            if stems.contains(&stem) {
+                return Err(at(
+                    *o,
+                    format!(
+                        "two configs are named `{stem}`: the config axis is named by the file's stem"
+                    ),
+                    Some("rename one of the files, or list each config once"),
+                ));
+            }
+            stems.push(stem);
+        }
+        let runs = axes
+            .iter()
+            .try_fold(configs.len() * seeds.len().max(1), |n: usize, a: &Axis| {
+                n.checked_mul(a.values.len())
+            })
+            .unwrap_or(usize::MAX);
+        if runs > MAX_RUNS {
+            return Err(at(
+                0,
+                format!("the grid has {runs} runs, more than the {MAX_RUNS} a sweep expands"),
+                Some("split it into several sweeps, or sweep fewer values"),
+            ));
         }
         // Two axes ending in the same segment are named by their whole path.
         let labels: Vec<String> = axes.iter().map(|a| a.label.clone()).collect();
@@ -424,6 +532,15 @@ impl Sweep {
             },
             |(n, _)| n,
         );
+        if let Some((n, o)) = string("name")?
+            && (n.is_empty() || n.starts_with('.') || n.contains(['/', '\\', '\n']))
+        {
+            return Err(at(
+                o,
+                format!("name `{n}` cannot name a directory: no `/`, no leading `.`, not empty"),
+                None,
+            ));
+        }
         let out = string("out")?.map(|(o, _)| PathBuf::from(o));
         let s = Self {
             file: file.to_path_buf(),
@@ -437,6 +554,8 @@ impl Sweep {
             slurm,
         };
         s.check_names()?;
+        super::slurm::check_options(&s.slurm)
+            .map_err(|m| s.error_at(key_off("slurm"), format!("[sweep.slurm]: {m}"), None))?;
         Ok(s)
     }
 
@@ -519,6 +638,16 @@ impl Sweep {
             }
         }
         let fixed: Vec<String> = self.fixed.iter().map(|(s, _)| s.clone()).collect();
+        let hashes: std::collections::HashMap<PathBuf, String> = self
+            .configs
+            .iter()
+            .map(|(c, _)| {
+                let h = std::fs::read(c)
+                    .map(|b| engram_core::fsutil::sha256_hex(&b))
+                    .unwrap_or_default();
+                (c.clone(), h)
+            })
+            .collect();
         let mut runs = Vec::new();
         for (key, sets, axes) in cells {
             let config = PathBuf::from(&key[0]);
@@ -537,6 +666,7 @@ impl Sweep {
                 runs.push(GridRun {
                     name: format!("{cell}/seed-{seed}"),
                     cell: cell.clone(),
+                    config_sha256: hashes.get(&config).cloned().unwrap_or_default(),
                     config: config.clone(),
                     sets: all,
                     seed,
@@ -773,6 +903,38 @@ impl Manifest {
         }
         if dir.join(MANIFEST).is_file() {
             let old = Self::read(dir)?;
+            if old.name != self.name {
+                return Err(Error::ConfigFile {
+                    file: dir.to_path_buf(),
+                    message: format!(
+                        "holds the sweep `{}` (from {}), not `{}`",
+                        old.name,
+                        old.sweep_file.display(),
+                        self.name
+                    ),
+                    hint: Some("give each sweep its own --out".into()),
+                });
+            }
+            for r in &self.runs {
+                if let Some(o) = old.runs.iter().find(|o| o.name == r.name)
+                    && !o.config_sha256.is_empty()
+                    && !r.config_sha256.is_empty()
+                    && o.config_sha256 != r.config_sha256
+                {
+                    return Err(Error::ConfigFile {
+                        file: r.config.clone(),
+                        message: format!(
+                            "changed since this sweep's runs in {} started (run `{}` was made with another version of it)",
+                            dir.display(),
+                            r.name
+                        ),
+                        hint: Some(
+                            "restore the config, or run the changed sweep into another --out"
+                                .into(),
+                        ),
+                    });
+                }
+            }
             for r in &self.runs {
                 if let Some(o) = old.runs.iter().find(|o| o.name == r.name)
                     && (o.config != r.config || o.sets != r.sets)
@@ -906,8 +1068,57 @@ mod tests {
             (
                 "[sweep]\nbase = \"x.toml\"\nsead = 3\n",
                 3,
+                1,
+                "the sweep key `seeds`",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\nseed = [0, 1]\n",
+                3,
+                1,
+                "the sweep key `seeds`",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\nsets = { \"data.subsample\" = 1 }\n",
+                3,
+                1,
+                "the sweep key `set`",
+            ),
+            ("[sweep]\nbsae = \"x.toml\"\n", 2, 1, "the sweep key `base`"),
+            (
+                "[sweep]\nbase = \"x.toml\"\n\"run.seed\" = [5, 6]\n",
+                3,
+                1,
+                "cannot be swept",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\nset = { \"run.out\" = \"x\" }\n",
+                3,
+                21,
+                "cannot be swept",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\nset = { \"optimizer.lr\" = 0.3 }\n\"optimizer.lr\" = [0.1]\n",
+                4,
+                18,
+                "both an axis and a fixed value",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\n\"optimizer.lr\" = [0.1, 1e-1]\n",
+                3,
+                24,
+                "0.1 is listed twice",
+            ),
+            (
+                "[sweep]\nconfigs = [\"a/x.toml\", \"b/x.toml\"]\n",
+                2,
+                24,
+                "two configs are named `x`",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\nname = \"../up\"\n",
+                3,
                 8,
-                "did you mean the sweep key `seed",
+                "cannot name a directory",
             ),
             (
                 "[sweep]\nbase = \"x.toml\"\n[sweep.slurm]\ncpus = 2\n",
@@ -915,12 +1126,36 @@ mod tests {
                 1,
                 "unknown field `cpus`",
             ),
+            (
+                "[sweep]\nbase = \"x.toml\"\n[sweep.slurm]\ncpus_per_task = 0\n",
+                3,
+                8,
+                "cpus_per_task must be at least 1",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\n[sweep.slurm]\nextra = [\"--a\\n#SBATCH --b\"]\n",
+                3,
+                8,
+                "line break",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\n[sweep.slurm]\ntime = \"forever\"\n",
+                3,
+                8,
+                "not one of Slurm's forms",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\n\"model.hidden\" = [[1], [2], [3], [4], [5], [6], [7], [8], [9], [10]]\n\"optimizer.lr\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n\"train.epochs\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n\"train.batch_size\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n\"train.log_every\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]\n",
+                1,
+                1,
+                "the grid has 110000 runs",
+            ),
             ("[run]\nseed = 1\n", 1, 2, "unknown top-level key `run`"),
             ("[sweep\n", 1, 7, "invalid"),
             (
-                "[sweep]\nbase = \"x.toml\"\n\"a.b\" = [\"x y\", \"x_y\"]\n",
+                "[sweep]\nbase = \"x.toml\"\n\"model.b\" = [\"x y\", \"x_y\"]\n",
                 3,
-                10,
+                14,
                 "share the directory",
             ),
         ];

@@ -72,6 +72,11 @@ pub fn run(
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
+        if interrupted() {
+            for (_, s) in running.iter_mut() {
+                s.interrupt();
+            }
+        }
         let mut k = 0;
         while k < running.len() {
             let Some(status) = running[k].1.poll()? else {

@@ -10,6 +10,77 @@ use engram_core::{Error, Result};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// Checks `[sweep.slurm]` before any script is written: counts at least 1, `mem` a size
+/// (`4G`, `500M`, `1024`), `time` in one of Slurm's forms (`MM`, `HH:MM:SS`, `D-HH:MM`, …), no
+/// line break or double quote in any value (they would end or break an `#SBATCH` line), and
+/// `extra` entries that are options (`--qos=short`).
+///
+/// # Errors
+/// What is wrong, for the caller to place in the sweep file.
+pub fn check_options(o: &super::grid::SlurmOptions) -> std::result::Result<(), String> {
+    if o.cpus_per_task == Some(0) {
+        return Err("cpus_per_task must be at least 1".into());
+    }
+    if o.max_parallel == Some(0) {
+        return Err("max_parallel must be at least 1 (leave it out for no limit)".into());
+    }
+    if let Some(m) = &o.mem {
+        let digits = m.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
+        if digits.is_empty()
+            || !digits.chars().all(|c| c.is_ascii_digit())
+            || m.len() > digits.len() + 1
+        {
+            return Err(format!(
+                "mem `{m}` is not a size such as \"4G\" or \"500M\""
+            ));
+        }
+    }
+    if let Some(t) = &o.time
+        && (t.is_empty()
+            || !t
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == ':' || c == '-')
+            || t.starts_with([':', '-']))
+    {
+        return Err(format!(
+            "time `{t}` is not one of Slurm's forms (\"30\", \"01:00:00\", \"1-12:00\")"
+        ));
+    }
+    let strings = [&o.mem, &o.time, &o.partition, &o.account, &o.gres]
+        .into_iter()
+        .flatten()
+        .chain(o.extra.iter().flatten())
+        .cloned()
+        .chain(o.engram.iter().map(|p| p.display().to_string()));
+    for v in strings {
+        if v.contains(['\n', '\r', '"']) {
+            return Err(format!(
+                "{v:?}: a value cannot hold a line break or a double quote"
+            ));
+        }
+    }
+    if let Some(e) = o
+        .extra
+        .iter()
+        .flatten()
+        .find(|e| !e.trim().starts_with("--"))
+    {
+        return Err(format!(
+            "extra `{e}` is not an sbatch option (write it as \"--qos=short\")"
+        ));
+    }
+    Ok(())
+}
+
+/// `--key=value` for an `#SBATCH` line, the value in double quotes when it holds a space.
+fn sbatch_opt(k: &str, v: &str) -> String {
+    if v.contains(char::is_whitespace) {
+        format!("#SBATCH --{k}=\"{v}\"")
+    } else {
+        format!("#SBATCH --{k}={v}")
+    }
+}
+
 /// `0-3,5,7-11`: array indices as Slurm's `--array` takes them (sorted, ranges merged).
 pub fn array_spec(indices: &[usize]) -> String {
     let mut v = indices.to_vec();
@@ -58,7 +129,7 @@ pub fn script(manifest: &Manifest, dir: &Path, engram: &Path, indices: &[usize])
         "# Requeue-safe: a task that starts again resumes its run from its newest checkpoint."
     );
     let mut opt = |k: &str, v: &str| {
-        let _ = writeln!(s, "#SBATCH --{k}={v}");
+        let _ = writeln!(s, "{}", sbatch_opt(k, v));
     };
     opt("job-name", &format!("engram-{}", manifest.name));
     opt("array", &array);
@@ -126,7 +197,8 @@ pub fn submissions(dir: &Path) -> Vec<Submission> {
 /// Writes `DIR/slurm/array.sbatch` and submits it with `sbatch --parsable`; records the job id.
 ///
 /// # Errors
-/// [`Error::Usage`] when `sbatch` is not installed or refuses the script (its message);
+/// [`Error::Usage`] when `sbatch` is not installed; [`Error::Other`] when it refuses the
+/// script or cannot reach the controller (its message);
 /// [`Error::Io`] when the files cannot be written.
 pub fn submit(dir: &Path, script: &str, indices: &[usize]) -> Result<Submission> {
     let sdir = dir.join("slurm");
@@ -143,7 +215,8 @@ pub fn submit(dir: &Path, script: &str, indices: &[usize]) -> Result<Submission>
             ))
         })?;
     if !out.status.success() {
-        return Err(Error::Usage(format!(
+        // Not bad input: the cluster refused or did not answer (exit 1).
+        return Err(Error::Other(format!(
             "sbatch refused {}: {}",
             path.display(),
             String::from_utf8_lossy(&out.stderr).trim()

@@ -192,6 +192,12 @@ fn a_sweep_runs_its_grid_as_single_runs_aggregates_and_resumes_after_a_kill() {
         code == 0 && msg.contains("#SBATCH --array=0-1,3\n"),
         "{msg}"
     );
+    // A finished sweep has nothing to submit, and says so instead of an empty --array.
+    let (code, msg) = sweep(&["submit", s, "--out", a.to_str().unwrap(), "--print"], &[]);
+    assert!(
+        code == 0 && msg.contains("nothing to submit") && !msg.contains("#SBATCH"),
+        "{msg}"
+    );
     let (code, msg) = sweep(&["task", cs, "--index", "4"], &[]);
     assert!(
         code == 2 && msg.contains("outside the grid of 4 runs"),
@@ -294,6 +300,48 @@ fn sweep_errors_are_placed_and_foreign_directories_are_left_alone() {
     assert_eq!(code, 2, "{msg}");
     assert!(
         msg.contains("defines run `lr-0.05/seed-0` differently"),
+        "{msg}"
+    );
+    // Another sweep (another name) is refused in this sweep's directory.
+    let other = d.path().join("other.toml");
+    std::fs::write(
+        &other,
+        "[sweep]\nbase = \"base.toml\"\n\"optimizer.lr\" = [0.05]\n",
+    )
+    .unwrap();
+    let (code, msg) = sweep(
+        &[
+            "run",
+            other.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("holds the sweep `sweep`"), "{msg}");
+    // The base config edited after the sweep started: refused, so that a cell never mixes
+    // runs of two versions of it.
+    std::fs::write(
+        &sw,
+        "[sweep]\nbase = \"base.toml\"\nseeds = [0, 1, 2]\n\"optimizer.lr\" = [0.05]\n",
+    )
+    .unwrap();
+    let base = d.path().join("base.toml");
+    let text = std::fs::read_to_string(&base).unwrap();
+    std::fs::write(&base, text.replace("hidden = [64]", "hidden = [32]")).unwrap();
+    let (code, msg) = sweep(
+        &["run", sw.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("changed since this sweep's runs"), "{msg}");
+    // A missing base config is placed at its line in the sweep file.
+    std::fs::write(&bad, "[sweep]\nbase = \"nope.toml\"\n").unwrap();
+    let (code, msg) = sweep(&["validate", bad.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains(&format!("{}:2:8: config", bad.display())),
         "{msg}"
     );
 }
