@@ -861,35 +861,10 @@ fn prepare(cfg: LoadedConfig, registry: &Registry, sets: &[String]) -> Result<tr
 }
 
 fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
-    run_with(cli, registry, args).map_err(|e| name_device_flag(e, args.device.as_deref()))
-}
-
-/// An error that blames the `run.device` override that `--device D` adds names the flag the
-/// user typed instead.
-fn name_device_flag(e: Error, device: Option<&str>) -> Error {
-    match (e, device) {
-        (
-            Error::ConfigFile {
-                file,
-                message,
-                hint,
-            },
-            Some(d),
-        ) => Error::ConfigFile {
-            file,
-            message: message.replace(
-                &format!("--set `run.device=\"{d}\"`"),
-                &format!("--device {d}"),
-            ),
-            hint,
-        },
-        (e, _) => e,
-    }
-}
-
-fn run_with(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
     let mut sets = args.sets.clone();
     if let Some(d) = &args.device {
+        // A device this build or machine lacks is the flag's fault, not the config file's.
+        engram::core::device::select(d)?;
         sets.push(format!("run.device=\"{d}\""));
     }
     let base = LoadedConfig::load(&args.config, &sets)?;

@@ -352,3 +352,28 @@ fn strategy_values_and_data_path_are_checked_with_positions() {
         "{msg}"
     );
 }
+
+/// `--device D` that this build or machine lacks is the flag's error: it names the device and
+/// does not blame the config's `device = "cpu"` line or `--set` overrides nobody gave.
+#[test]
+fn a_missing_device_blames_the_flag_not_the_config() {
+    let d = tempfile::tempdir().unwrap();
+    let f = small_config(d.path(), "dev.toml", "");
+    for dev in ["tpu", "cuda"] {
+        let (code, msg) = run(&[
+            "run",
+            f.to_str().unwrap(),
+            "--device",
+            dev,
+            "--out",
+            d.path().join("o").to_str().unwrap(),
+        ]);
+        assert_eq!(code, 2, "{msg}");
+        assert!(
+            msg.starts_with(&format!("error: device `{dev}`: ")),
+            "{msg}"
+        );
+        assert!(!msg.contains("dev.toml") && !msg.contains("--set"), "{msg}");
+    }
+    assert!(!d.path().join("o").exists(), "nothing written");
+}

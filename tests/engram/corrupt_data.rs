@@ -147,3 +147,99 @@ fn a_valid_tiny_dataset_runs() {
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(r["accuracy_matrix"].as_array().unwrap().len(), 5);
 }
+
+/// Writes `N` synthetic `h × w` images (labels `i % 10`) in both splits.
+fn write_shape(dir: &Path, h: usize, w: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let images: Vec<u8> = (0..N * h * w).map(|i| ((i * 37) % 251) as u8).collect();
+    let labels: Vec<u8> = (0..N).map(|i| (i % 10) as u8).collect();
+    for split in ["train", "t10k"] {
+        std::fs::write(
+            dir.join(format!("{split}-images-idx3-ubyte")),
+            encode_idx(&[N as u32, h as u32, w as u32], &images),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join(format!("{split}-labels-idx1-ubyte")),
+            encode_idx(&[N as u32], &labels),
+        )
+        .unwrap();
+    }
+}
+
+/// No image geometry panics: square sides from 1 to 64 and non-square images (1×784 among
+/// them, once read as 28×28) with every built-in model either train (exit 0) or are a
+/// positioned error at the model's key (exit 2), never a panic inside a model or Burn.
+#[test]
+fn no_image_shape_panics_any_model() {
+    let d = tempfile::tempdir().unwrap();
+    let shapes = [
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (5, 5),
+        (27, 27),
+        (64, 64),
+        (1, 784),
+        (3, 5),
+        (28, 27),
+    ];
+    let mut outcomes = Vec::new();
+    for (h, w) in shapes {
+        let data = d.path().join(format!("d{h}x{w}"));
+        write_shape(&data, h, w);
+        for model in ["mlp", "cnn", "vit"] {
+            let keys = if model == "mlp" { "hidden = [8]" } else { "" };
+            let f = d.path().join(format!("{model}-{h}x{w}.toml"));
+            std::fs::write(
+                &f,
+                format!(
+                    "[data]\ndataset = \"fashion-mnist\"\npath = \"{}\"\ntasks = 1\n[model]\ntype = \"{model}\"\n{keys}\n[train]\nbatch_size = 20\n",
+                    data.display()
+                ),
+            )
+            .unwrap();
+            let out = d.path().join(format!("o-{model}-{h}x{w}"));
+            let (code, msg) = run(&[
+                "run",
+                f.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "-q",
+            ]);
+            assert!(!msg.contains("panicked"), "{model} on {h}×{w}: {msg}");
+            assert!(
+                code == 0 || code == 2,
+                "{model} on {h}×{w}: exit {code}: {msg}"
+            );
+            if code == 2 {
+                assert!(
+                    msg.contains(&format!("{}:", f.display())),
+                    "{model} on {h}×{w}: {msg}"
+                );
+            }
+            outcomes.push(((model, h, w), code));
+        }
+    }
+    let code = |m: &str, h: usize, w: usize| {
+        outcomes
+            .iter()
+            .find(|((mm, hh, ww), _)| *mm == m && *hh == h && *ww == w)
+            .map(|(_, c)| *c)
+    };
+    // Every shape trains with the MLP; the CNN needs a side of at least 4 (two halvings) and
+    // square images; the ViT any square side (its patch adapts).
+    for (h, w) in shapes {
+        assert_eq!(code("mlp", h, w), Some(0), "mlp {h}×{w}");
+        assert_eq!(
+            code("cnn", h, w),
+            Some(if h == w && h >= 4 { 0 } else { 2 }),
+            "cnn {h}×{w}"
+        );
+        assert_eq!(
+            code("vit", h, w),
+            Some(if h == w { 0 } else { 2 }),
+            "vit {h}×{w}"
+        );
+    }
+}

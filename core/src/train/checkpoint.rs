@@ -75,6 +75,26 @@ pub struct Progress {
     pub retries: usize,
 }
 
+impl Progress {
+    /// Closes the logging window into a `steps.csv` row: its mean loss over its steps, the
+    /// rows it trained, at `step` of the task (`global_step` of the run) with learning rate
+    /// `lr`; nothing when the window is empty.
+    pub fn flush_window(&mut self, step: usize, global_step: usize, lr: f64) {
+        if self.window.1 > 0 {
+            self.logs.push(StepLog {
+                task: self.round,
+                epoch: self.epoch,
+                step,
+                global_step,
+                loss: self.window.0 / self.window.1 as f64,
+                lr,
+                samples: self.window.2,
+            });
+            self.window = (0.0, 0, 0);
+        }
+    }
+}
+
 impl Default for Progress {
     fn default() -> Self {
         Self {

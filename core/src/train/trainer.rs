@@ -4,8 +4,8 @@ use super::checkpoint::{self, Checkpoint, Progress};
 use super::memory::{self, PhaseMemory, PhaseMeter};
 use super::metrics;
 use super::report::{
-    Event, MACHINE_DEPENDENT_KEYS, Report, SCHEMA_VERSION, StepLog, TaskSummary, Throughput,
-    Versions, steps_csv,
+    Event, MACHINE_DEPENDENT_KEYS, Report, SCHEMA_VERSION, TaskSummary, Throughput, Versions,
+    steps_csv,
 };
 use crate::config::{LoadedConfig, OptimizerKind, Scenario};
 use crate::data::dataset;
@@ -783,18 +783,7 @@ fn write_failure(
     t0: Instant,
     inner: &Device,
 ) -> Result<()> {
-    if pr.window.1 > 0 {
-        pr.logs.push(StepLog {
-            task: pr.round,
-            epoch: pr.epoch,
-            step: pr.step_in_task,
-            global_step: pr.global_step,
-            loss: pr.window.0 / pr.window.1 as f64,
-            lr: pr.last_lr,
-            samples: pr.window.2,
-        });
-        pr.window = (0.0, 0, 0);
-    }
+    pr.flush_window(pr.step_in_task, pr.global_step, pr.last_lr);
     write_atomic(&opts.out.join("steps.csv"), steps_csv(&pr.logs).as_bytes())?;
     let earlier_s = pr.timings.total_s;
     let mut report = build_report(
@@ -1057,16 +1046,7 @@ fn train_loop(
                 pr.epoch_loss = (pr.epoch_loss.0 + loss, pr.epoch_loss.1 + 1);
                 pr.window = (pr.window.0 + loss, pr.window.1 + 1, pr.window.2 + rows);
                 if pr.window.1 == c.train.log_every.max(1) {
-                    pr.logs.push(StepLog {
-                        task: round,
-                        epoch,
-                        step: pr.step_in_task,
-                        global_step: pr.global_step,
-                        loss: pr.window.0 / pr.window.1 as f64,
-                        lr: controls.lr,
-                        samples: pr.window.2,
-                    });
-                    pr.window = (0.0, 0, 0);
+                    pr.flush_window(pr.step_in_task, pr.global_step, controls.lr);
                 }
                 pr.step_in_task += 1;
                 pr.global_step += 1;
@@ -1097,16 +1077,7 @@ fn train_loop(
                 }
             }
             if pr.window.1 > 0 {
-                pr.logs.push(StepLog {
-                    task: round,
-                    epoch,
-                    step: pr.step_in_task - 1,
-                    global_step: pr.global_step - 1,
-                    loss: pr.window.0 / pr.window.1 as f64,
-                    lr: pr.last_lr,
-                    samples: pr.window.2,
-                });
-                pr.window = (0.0, 0, 0);
+                pr.flush_window(pr.step_in_task - 1, pr.global_step - 1, pr.last_lr);
             }
             pr.last_epoch_loss = pr.epoch_loss.0 / pr.epoch_loss.1.max(1) as f64;
             pr.epoch_loss = (0.0, 0);
