@@ -1,6 +1,40 @@
 //! Records what a plugin's build id compares: the compiler version, the target, the enabled
-//! features and the profile (see `engram_core::plugin::BUILD_ID`).
+//! features, the profile and a hash of engram-core's sources (see
+//! `engram_core::plugin::BUILD_ID`).
+
+/// A hash of every file under `src/` (paths and contents, in sorted order): a plugin built
+/// against engram-core sources that have changed since (same version number, another trait
+/// layout) is refused instead of crashing on a mismatched vtable.
+fn source_hash() -> String {
+    use std::hash::{Hash, Hasher};
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(std::path::Path::new("src"), &mut files);
+    files.sort();
+    // SipHash with fixed keys: the same for the same sources under one toolchain (which the
+    // build id pins as well).
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for f in &files {
+        f.hash(&mut h);
+        std::fs::read(f).unwrap_or_default().hash(&mut h);
+    }
+    format!("{:016x}", h.finish())
+}
+
 fn main() {
+    println!("cargo:rustc-env=ENGRAM_SOURCE_HASH={}", source_hash());
+    println!("cargo:rerun-if-changed=src");
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let version = std::process::Command::new(rustc)
         .arg("-V")

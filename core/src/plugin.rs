@@ -79,7 +79,9 @@ pub const NAME_CAP: usize = 64;
 
 /// What a plugin must have been built with to be loaded into this host: `;`-separated
 /// `key=value` fields (rustc version, engram-core version, Burn version, target triple, the
-/// enabled features of engram-core, cargo profile and optimisation level). Built from the
+/// enabled features of engram-core, cargo profile and optimisation level, and a hash of
+/// engram-core's sources, so that a plugin left over from before a change to engram-core is
+/// refused rather than loaded with another trait layout). Built from the
 /// toolchain and settings that compiled engram-core; a plugin embeds the value of the
 /// engram-core it was compiled against, so any difference (another toolchain, another
 /// Cargo.lock resolving another Burn, `--features cuda`, a debug build) is caught before its code
@@ -97,6 +99,8 @@ pub const BUILD_ID: &str = concat!(
     env!("ENGRAM_FEATURES"),
     ";profile=",
     env!("ENGRAM_PROFILE"),
+    ";source=",
+    env!("ENGRAM_SOURCE_HASH"),
 );
 
 /// A plugin's declaration: plain data (no pointers, so no relocations) that the loader reads
@@ -841,6 +845,11 @@ impl<T: MemoryStrategy + ?Sized> MemoryStrategy for Guarded<T> {
     fn op_level_checkpointing(&self) -> bool {
         guard_or_fault(&self.lib, &self.name, "op_level_checkpointing", || {
             self.inner.op_level_checkpointing()
+        })
+    }
+    fn splits_batch(&self) -> bool {
+        guard_or_fault(&self.lib, &self.name, "splits_batch", || {
+            self.inner.splits_batch()
         })
     }
     fn state(&self) -> crate::Result<StrategyState> {

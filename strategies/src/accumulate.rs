@@ -76,6 +76,9 @@ impl MemoryStrategy for Accumulate {
     fn layer(&self) -> MemoryLayer {
         MemoryLayer::Accumulation
     }
+    fn splits_batch(&self) -> bool {
+        self.steps > 1
+    }
     fn step(&mut self, req: StepRequest<'_>, mut next: Next<'_>) -> Result<StepOutcome> {
         let total = req.batch.len();
         let k = self.steps.min(total.max(1));

@@ -14,8 +14,10 @@
 //! activations and gradients, not the process's total: the counting allocator on the CPU, the
 //! device pool on CubeCL devices) fits the budget:
 //!
-//! 1. micro-batches `m = 1, 2, 4, …` (gradient accumulation over `m` slices of the batch, exact:
-//!    the effective batch is unchanged), and for each
+//! 1. micro-batches `m = 1, 2, 4, …` (gradient accumulation over `m` slices of the batch: the
+//!    effective batch is unchanged, and the gradient is exact for models without batch
+//!    statistics; with batch norm each slice is normalised with its own, and a warning says
+//!    so), and for each
 //! 2. the plain step, then hybrid checkpointing with segments of `⌈n/2⌉`, `⌈√n⌉` and 1 block(s)
 //!    (`n` blocks).
 //!
@@ -208,6 +210,12 @@ impl MemoryStrategy for Budget {
                     self.budget as f64 / 1048576.0,
                     peak as f64 / 1048576.0
                 );
+                if plan.micro_batches > 1 && req.model.uses_batch_statistics() {
+                    eprintln!(
+                        "warning: budget: {} micro-batches, and this model normalises with batch statistics (batch norm): each micro-batch is normalised with its own statistics, so the step is not the plain step's",
+                        plan.micro_batches
+                    );
+                }
                 return Ok(out);
             }
         }

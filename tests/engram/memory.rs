@@ -177,3 +177,40 @@ fn a_checkpointed_cnn_run_equals_the_plain_run() {
         );
     }
 }
+
+/// Accumulation over micro-batches is not the plain step for a model with batch norm: the
+/// run says so on stderr and in its events; with the MLP (no batch statistics) it does not.
+#[test]
+fn accumulation_with_batch_norm_is_said() {
+    let d = tempfile::tempdir().unwrap();
+    for (model, warned) in [
+        ("type = \"cnn\"\nchannels = [4]", true),
+        ("type = \"mlp\"\nhidden = [16]", false),
+    ] {
+        let cfg = crate::util::small_config(
+            d.path(),
+            "acc.toml",
+            "[[memory]]\ntype = \"accumulate\"\nsteps = 2\n",
+        );
+        let text = std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("type = \"mlp\"\nhidden = [64]", model);
+        std::fs::write(&cfg, text).unwrap();
+        let out = d.path().join(format!("o-{warned}"));
+        let (code, msg) = crate::util::run_quiet(&cfg, &out, &[], &[]);
+        assert_eq!(code, 0, "{msg}");
+        assert_eq!(
+            msg.contains("normalises with batch statistics"),
+            warned,
+            "{model}: {msg}"
+        );
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        let events = r["events"].as_array().unwrap();
+        assert_eq!(
+            events.iter().any(|e| e["kind"] == "batch-statistics"),
+            warned,
+            "{model}: {events:?}"
+        );
+    }
+}

@@ -99,6 +99,9 @@ impl Block for ConvBlock {
     fn kind(&self) -> &'static str {
         "conv"
     }
+    fn batch_statistics(&self) -> bool {
+        true
+    }
 }
 
 /// The CNN of the module docs: `channels.len()` conv blocks on `side × side` single-channel

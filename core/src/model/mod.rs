@@ -147,6 +147,13 @@ pub trait Block: Module + 'static {
 
     /// A short kind name for reports and the segment planner (`"dense"`, `"head"`, …).
     fn kind(&self) -> &'static str;
+
+    /// Whether the block normalises with statistics of the batch it is given (batch norm), so
+    /// that a batch split into micro-batches (gradient accumulation) is no longer the same
+    /// computation. Default `false`.
+    fn batch_statistics(&self) -> bool {
+        false
+    }
 }
 
 /// The object-safe face of a [`Block`]. Implemented for every `Block`; not for direct use.
@@ -155,6 +162,8 @@ pub trait ErasedBlock: Send + Debug {
     fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation;
     /// See [`Block::kind`].
     fn kind(&self) -> &'static str;
+    /// See [`Block::batch_statistics`].
+    fn batch_statistics(&self) -> bool;
     /// Visits the parameters through an object-safe visitor.
     fn visit_dyn(&self, visitor: &mut dyn DynVisitor);
     /// Maps the parameters through an object-safe mapper.
@@ -183,6 +192,9 @@ impl<B: Block> ErasedBlock for B {
     }
     fn kind(&self) -> &'static str {
         Block::kind(self)
+    }
+    fn batch_statistics(&self) -> bool {
+        Block::batch_statistics(self)
     }
     fn visit_dyn(&self, visitor: &mut dyn DynVisitor) {
         self.visit(&mut ToDynVisitor { inner: visitor });
@@ -308,6 +320,11 @@ impl Model {
     /// Number of blocks.
     pub fn num_blocks(&self) -> usize {
         self.blocks.len()
+    }
+
+    /// Whether any block normalises with batch statistics ([`Block::batch_statistics`]).
+    pub fn uses_batch_statistics(&self) -> bool {
+        self.blocks.iter().any(|b| b.inner().batch_statistics())
     }
 
     /// The blocks, in order.

@@ -356,6 +356,14 @@ pub trait MemoryStrategy: Send {
     /// Runs one step, calling `next` zero or more times (an execution strategy never does).
     fn step(&mut self, req: StepRequest<'_>, next: Next<'_>) -> Result<StepOutcome>;
 
+    /// Whether this layer computes a step over slices of the batch (gradient accumulation),
+    /// so that a model with batch statistics ([`crate::model::Model::uses_batch_statistics`])
+    /// normalises each micro-batch with its own statistics and the step is no longer the plain
+    /// one; the trainer warns. Default `false`.
+    fn splits_batch(&self) -> bool {
+        false
+    }
+
     /// Whether the run's autodiff device should use Burn's op-level checkpointing
     /// (`Device::gradient_checkpointing`, the `Balanced` strategy: Burn recomputes cheap
     /// operations in backward instead of keeping their outputs). It is a property of the device,

@@ -861,6 +861,22 @@ fn train_loop(
     let joint = c.train.joint;
     let rounds = if joint { 1 } else { n_tasks };
     let mut leaks = memory::LeakDetector::new(c.train.leak_factor);
+    // Accumulation is exact only without batch statistics: said once per run, where the user
+    // looks (stderr and the report's events).
+    if pr.global_step == 0 && model.uses_batch_statistics() {
+        for m in p.memory.iter().filter(|m| m.splits_batch()) {
+            let message = format!(
+                "`{}` splits each batch into micro-batches, and this model normalises with batch statistics (batch norm): each micro-batch is normalised with its own statistics, so the step is not the plain step's (the book's memory chapter, \"Accumulation and batch norm\")",
+                m.name()
+            );
+            eprintln!("warning: {message}");
+            pr.events.push(Event {
+                task: 0,
+                kind: "batch-statistics".into(),
+                message,
+            });
+        }
+    }
     // Only a run with an anomaly policy pays for the in-memory task-start snapshot.
     let anomaly_policy = p.schedulers.iter().any(|s| s.name() == "anomaly");
 
