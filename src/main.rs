@@ -407,6 +407,25 @@ fn dispatch(cli: &Cli) -> Result<()> {
             safetensors,
             device,
         } => {
+            // The run's own files are not an export target.
+            if let (Some(name), Some(dir)) = (
+                safetensors.file_name().and_then(|n| n.to_str()),
+                safetensors.parent().and_then(|p| {
+                    std::fs::canonicalize(if p.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        p
+                    })
+                    .ok()
+                }),
+            ) && engram::outdir::RUN_FILES.contains(&name)
+                && std::fs::canonicalize(checkpoint).is_ok_and(|c| c.ancestors().any(|a| a == dir))
+            {
+                return Err(Error::Usage(format!(
+                    "--safetensors {}: that is a file of the run itself; write the export elsewhere",
+                    safetensors.display()
+                )));
+            }
             let (_, model, _) =
                 trainer::load_checkpoint_model(checkpoint, &registry, device.as_deref())?;
             trainer::export_safetensors(&model, safetensors)?;
@@ -1015,10 +1034,21 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
         println!("ACC {:.4}", r.metrics.acc.unwrap_or(f64::NAN));
     }
     match failures.into_iter().next() {
-        Some((seed, e)) => Err(Error::Other(format!(
-            "seed {seed} failed ({e}); the aggregate covers the other seeds and lists the failure"
-        ))),
+        Some((seed, e)) => Err(seeds_failed(seed, &e, reports.len())),
         None => Ok(()),
+    }
+}
+
+/// The error of a `--seeds` run some of whose seeds failed (`done` seeds finished).
+fn seeds_failed(seed: u64, e: &Error, done: usize) -> Error {
+    if done == 0 {
+        Error::Other(format!(
+            "every seed failed (seed {seed}: {e}); the aggregate lists the failures"
+        ))
+    } else {
+        Error::Other(format!(
+            "seed {seed} failed ({e}); the aggregate covers the {done} other seed(s) and lists the failure"
+        ))
     }
 }
 
@@ -1079,21 +1109,33 @@ fn seed_dirs(out: &Path) -> Vec<(u64, PathBuf)> {
 /// `engram resume OUT`: one run, or every seed of a `--seeds` run (finished seeds are read,
 /// the others resumed or started), then the aggregate again.
 fn resume(cli: &Cli, registry: &Registry, out: &Path, device: Option<&str>) -> Result<()> {
-    // One writer at a time, as for `run`.
-    let _lock = if out.is_dir() {
-        Some(engram::outdir::take(out)?)
-    } else {
-        None
+    // One writer at a time, as for `run`: an attempt (OUT/attempts/<time>) is written under its
+    // output directory's lock, which the run that started it may still hold.
+    let parent = engram::outdir::replaces(out);
+    let _lock = match (&parent, out.is_dir()) {
+        (Some(dest), _) => Some(engram::outdir::take(dest)?),
+        (None, true) => Some(engram::outdir::take(out)?),
+        (None, false) => None,
     };
+    if out.is_dir() && parent.is_none() {
+        engram::outdir::finish_swap(out)?;
+    }
     resume_locked(cli, registry, out, device)?;
-    // A finished attempt replaces the run it was started to replace.
-    if let Some(dest) = engram::outdir::replaces(out) {
-        let _dest_lock = engram::outdir::take(&dest)?;
-        engram::outdir::promote(out, &dest)?;
-        if !cli.quiet {
+    // A finished attempt replaces the run it was started beside, if that run is still there.
+    if let Some(dest) = parent {
+        if engram::outdir::still_replaces(out, &dest) {
+            engram::outdir::promote(out, &dest)?;
+            if !cli.quiet {
+                eprintln!(
+                    "engram: the finished attempt replaced the run in {}",
+                    dest.display()
+                );
+            }
+        } else {
             eprintln!(
-                "engram: the finished attempt replaced the run in {}",
-                dest.display()
+                "engram: the run in {} changed since this attempt started; the finished attempt stays in {}",
+                dest.display(),
+                out.display()
             );
         }
     }
@@ -1131,9 +1173,7 @@ fn resume_locked(cli: &Cli, registry: &Registry, out: &Path, device: Option<&str
     }
     write_aggregate(out, &reports, &failures)?;
     match failures.into_iter().next() {
-        Some((seed, e)) => Err(Error::Other(format!(
-            "seed {seed} failed ({e}); the aggregate covers the other seeds and lists the failure"
-        ))),
+        Some((seed, e)) => Err(seeds_failed(seed, &e, reports.len())),
         None => Ok(()),
     }
 }

@@ -34,8 +34,34 @@ pub const LOCK: &str = ".lock";
 /// The directory of attempts inside an output directory.
 pub const ATTEMPTS: &str = "attempts";
 
-/// The marker in an attempt's directory naming the run it replaces when it finishes.
+/// The marker in an attempt's directory: it replaces the run of `OUT` (the directory above
+/// `attempts/`) when it finishes, if that run is still the one it was started beside.
 pub const ATTEMPT_MARKER: &str = "attempt.json";
+
+/// The journal of a swap in progress (`OUT/.swap.json`), so that a swap killed halfway is
+/// finished by the next engram command on `OUT` instead of leaving a mix of two runs.
+pub const SWAP_JOURNAL: &str = ".swap.json";
+
+/// Whether `name` in an output directory is engram's own bookkeeping (never a user's file):
+/// the lock, attempts, a swap's journal and set-aside run, leftovers of atomic writes.
+fn internal(name: &str) -> bool {
+    name == LOCK
+        || name == ATTEMPTS
+        || name == SWAP_JOURNAL
+        || name.starts_with(".replaced-")
+        || name.starts_with(".engram-tmp-")
+}
+
+/// Whether `dir/run.json` is an engram run manifest (a JSON object naming the engram version
+/// and the config it came from), not merely a file of that name.
+fn is_manifest(dir: &Path) -> bool {
+    std::fs::read(dir.join("run.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| {
+            v.get("engram").is_some_and(|e| e.is_string()) && v.get("config").is_some()
+        })
+}
 
 /// An exclusive `flock(2)` on a lock file, held by the process that writes: released when that
 /// process ends (however it ends), so a killed run leaves no stale lock and the next one takes
@@ -52,11 +78,14 @@ impl Lock {
     /// # Errors
     /// [`Error::Io`] when the lock file cannot be opened.
     pub fn try_take(path: &Path) -> Result<Option<Self>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        // A lock file that is a symbolic link is not followed (it could name a user's file).
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(|e| Error::io(path, e))?;
         // SAFETY: flock on a file descriptor this function owns.
@@ -110,7 +139,7 @@ pub fn holds(dir: &Path) -> Holds {
     let names: Vec<String> = rd
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != LOCK)
+        .filter(|n| !internal(n))
         .collect();
     if names.is_empty() {
         return Holds::Nothing;
@@ -119,10 +148,10 @@ pub fn holds(dir: &Path) -> Holds {
         .iter()
         .filter(|n| n.starts_with("seed-"))
         .map(|n| dir.join(n))
-        .filter(|d| d.join("run.json").is_file())
+        .filter(|d| is_manifest(d))
         .collect();
-    let single = dir.join("run.json").is_file();
-    if single || !seeds.is_empty() || dir.join("aggregate.json").is_file() {
+    let single = is_manifest(dir);
+    if single || !seeds.is_empty() {
         let run_dirs: Vec<PathBuf> = if single {
             vec![dir.to_path_buf()]
         } else {
@@ -181,6 +210,7 @@ pub fn claim(out: &Path, overwrite: bool) -> Result<Claim> {
     }
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let lock = take(out)?;
+    finish_swap(out)?;
     // Decided under the lock: another process may have written a run meanwhile.
     let (target, replaces) = match holds(out) {
         Holds::Nothing => (out.to_path_buf(), None),
@@ -249,17 +279,50 @@ fn new_attempt(out: &Path) -> Result<PathBuf> {
         }
     };
     let marker = serde_json::json!({
-        "replaces": std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf()),
+        "replaces_run": run_identity(out),
     });
     engram_core::fsutil::write_atomic(&dir.join(ATTEMPT_MARKER), marker.to_string().as_bytes())?;
     Ok(dir)
 }
 
-/// The output directory an attempt replaces when it finishes (from its marker).
+/// What identifies the run in `out` for an attempt beside it: the SHA-256 of its `run.json`
+/// files (the run's and its seeds'), empty when it has none.
+fn run_identity(out: &Path) -> String {
+    let mut bytes = std::fs::read(out.join("run.json")).unwrap_or_default();
+    let mut seeds: Vec<PathBuf> = std::fs::read_dir(out)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("seed-"))
+                .map(|e| e.path().join("run.json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    seeds.sort();
+    for s in seeds {
+        bytes.extend(std::fs::read(s).unwrap_or_default());
+    }
+    engram_core::fsutil::sha256_hex(&bytes)
+}
+
+/// The output directory `attempt` works for: the directory above its `attempts/`, when
+/// `attempt` carries the marker and lies there; `None` for any other directory.
 pub fn replaces(attempt: &Path) -> Option<PathBuf> {
-    let bytes = std::fs::read(attempt.join(ATTEMPT_MARKER)).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    v.get("replaces")?.as_str().map(PathBuf::from)
+    if !attempt.join(ATTEMPT_MARKER).is_file() {
+        return None;
+    }
+    let abs = std::path::absolute(attempt).ok()?;
+    let parent = abs.parent()?;
+    (parent.file_name()? == ATTEMPTS).then(|| parent.parent().map(Path::to_path_buf))?
+}
+
+/// Whether the run in `out` is still the one `attempt` was started beside (a newer run that
+/// finished meanwhile is not replaced by an older attempt).
+pub fn still_replaces(attempt: &Path, out: &Path) -> bool {
+    std::fs::read(attempt.join(ATTEMPT_MARKER))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.get("replaces_run")?.as_str().map(str::to_string))
+        .is_some_and(|id| id == run_identity(out))
 }
 
 /// `YYYYMMDD-HHMMSS` in UTC.
@@ -286,44 +349,93 @@ fn utc_stamp() -> String {
     )
 }
 
-/// Moves the finished run in `attempt` into `out` in place of the run there: `out`'s own run
-/// files (and `seed-N/` directories) are first moved aside into `out/.replaced-<time>/`, the
-/// attempt's are renamed into `out`, then the old ones and the empty attempt are removed.
-/// Files of `out` that engram did not write, and other attempts, are left alone. Renames
-/// within one file system: no file is copied.
+/// A swap's journal: which attempt moves in, where the old run is set aside, and how far the
+/// swap got (`aside`: the old run's entries are moving out; `in`: the attempt's are moving in).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Journal {
+    attempt: PathBuf,
+    aside: PathBuf,
+    phase: String,
+}
+
+/// Whether `name` is one of the entries a swap moves (a run's files and `seed-N/`).
+fn moved(name: &str) -> bool {
+    RUN_FILES.contains(&name) || name.starts_with("seed-")
+}
+
+/// Moves the finished run in `attempt` into `out` in place of the run there, as a journalled
+/// swap (`out/.swap.json`): `out`'s own run files (and `seed-N/` directories) are moved aside
+/// into `out/.replaced-<time>/`, then the attempt's are renamed into `out`, then the old ones
+/// and the empty attempt are removed. A swap killed at any point is finished by the next
+/// [`claim`] or `resume` of `out` ([`finish_swap`]). Files of `out` that engram did not write,
+/// and other attempts, are left alone. Renames within one file system: no file is copied.
 ///
 /// # Errors
-/// [`Error::Io`] when a rename fails (the old run is then still in `.replaced-<time>/`).
+/// [`Error::Io`] when a rename fails (the journal stays, and the next command retries).
 pub fn promote(attempt: &Path, out: &Path) -> Result<()> {
-    let ours = |name: &str| RUN_FILES.contains(&name) || name.starts_with("seed-");
-    let aside = out.join(format!(".replaced-{}", utc_stamp()));
-    std::fs::create_dir_all(&aside).map_err(|e| Error::io(&aside, e))?;
+    let journal = Journal {
+        attempt: std::path::absolute(attempt).unwrap_or_else(|_| attempt.to_path_buf()),
+        aside: out.join(format!(".replaced-{}", utc_stamp())),
+        phase: "aside".into(),
+    };
+    write_journal(out, &journal)?;
+    finish_swap(out)
+}
+
+fn write_journal(out: &Path, j: &Journal) -> Result<()> {
+    let bytes = serde_json::to_vec(j).map_err(|e| Error::Other(e.to_string()))?;
+    engram_core::fsutil::write_atomic(&out.join(SWAP_JOURNAL), &bytes)
+}
+
+/// Finishes a swap that `out/.swap.json` records (see [`promote`]); nothing when there is none.
+/// Each phase only renames what is still left to rename, so it can be run again after a kill.
+///
+/// # Errors
+/// [`Error::Io`] when a rename fails.
+pub fn finish_swap(out: &Path) -> Result<()> {
+    let path = out.join(SWAP_JOURNAL);
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Ok(());
+    };
+    let Ok(mut j) = serde_json::from_slice::<Journal>(&bytes) else {
+        return Err(Error::Usage(format!(
+            "{} is damaged: a swap of runs was interrupted; move the run you want to keep into place by hand and remove the file",
+            path.display()
+        )));
+    };
     let mv = |from: &Path, to: &Path| std::fs::rename(from, to).map_err(|e| Error::io(from, e));
-    for e in std::fs::read_dir(out)
-        .map_err(|e| Error::io(out, e))?
-        .flatten()
-    {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if ours(&name) {
-            mv(&e.path(), &aside.join(&name))?;
+    let entries = |d: &Path| -> Vec<(String, PathBuf)> {
+        std::fs::read_dir(d)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                    .filter(|(n, _)| moved(n))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    if j.phase == "aside" {
+        std::fs::create_dir_all(&j.aside).map_err(|e| Error::io(&j.aside, e))?;
+        for (name, p) in entries(out) {
+            mv(&p, &j.aside.join(&name))?;
         }
+        j.phase = "in".into();
+        write_journal(out, &j)?;
     }
-    for e in std::fs::read_dir(attempt)
-        .map_err(|e| Error::io(attempt, e))?
-        .flatten()
-    {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if ours(&name) {
-            mv(&e.path(), &out.join(&name))?;
-        }
+    for (name, p) in entries(&j.attempt) {
+        mv(&p, &out.join(&name))?;
     }
-    std::fs::remove_dir_all(&aside).map_err(|e| Error::io(&aside, e))?;
-    std::fs::remove_dir_all(attempt).map_err(|e| Error::io(attempt, e))?;
+    if j.aside.exists() {
+        std::fs::remove_dir_all(&j.aside).map_err(|e| Error::io(&j.aside, e))?;
+    }
+    if j.attempt.exists() {
+        std::fs::remove_dir_all(&j.attempt).map_err(|e| Error::io(&j.attempt, e))?;
+    }
     let root = out.join(ATTEMPTS);
     if std::fs::read_dir(&root).is_ok_and(|mut rd| rd.next().is_none()) {
         let _ = std::fs::remove_dir(&root);
     }
-    Ok(())
+    std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))
 }
 
 #[cfg(test)]
@@ -339,7 +451,15 @@ mod tests {
         assert_eq!(holds(p), Holds::Nothing);
         std::fs::write(p.join("config.toml"), "").unwrap();
         assert_eq!(holds(p), Holds::Foreign(vec!["config.toml".into()]));
+        // A file named run.json is not a manifest.
         std::fs::write(p.join("run.json"), "{}").unwrap();
+        assert!(matches!(holds(p), Holds::Foreign(_)));
+        std::fs::write(
+            p.join("run.json"),
+            r#"{"engram":"0.1.0","config":"/x.toml"}"#,
+        )
+        .unwrap();
+        std::fs::write(p.join(".engram-tmp-abc"), "").unwrap();
         std::fs::create_dir(p.join("checkpoints")).unwrap();
         assert_eq!(
             holds(p),
@@ -365,9 +485,11 @@ mod tests {
         for f in ["report.json", "run.json", "notes.txt"] {
             std::fs::write(out.join(f), "old").unwrap();
         }
+        std::fs::create_dir_all(out.join("attempts")).unwrap();
         std::fs::create_dir_all(out.join("seed-0")).unwrap();
         let a = new_attempt(out).unwrap();
         assert_eq!(replaces(&a).unwrap(), std::path::absolute(out).unwrap());
+        assert!(still_replaces(&a, out));
         for f in ["report.json", "run.json", "steps.csv"] {
             std::fs::write(a.join(f), "new").unwrap();
         }
@@ -387,6 +509,42 @@ mod tests {
             .filter(|n| n.starts_with(".replaced"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_swap_killed_halfway_is_finished_by_the_next_command() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path();
+        for f in ["report.json", "run.json", "steps.csv"] {
+            std::fs::write(out.join(f), "old").unwrap();
+        }
+        let a = new_attempt(out).unwrap();
+        for f in ["report.json", "run.json", "steps.csv"] {
+            std::fs::write(a.join(f), "new").unwrap();
+        }
+        // Killed after the old report was set aside and one new file moved in.
+        let aside = out.join(".replaced-x");
+        std::fs::create_dir_all(&aside).unwrap();
+        for f in ["report.json", "run.json", "steps.csv"] {
+            std::fs::rename(out.join(f), aside.join(f)).unwrap();
+        }
+        std::fs::rename(a.join("run.json"), out.join("run.json")).unwrap();
+        write_journal(
+            out,
+            &Journal {
+                attempt: a.clone(),
+                aside: aside.clone(),
+                phase: "in".into(),
+            },
+        )
+        .unwrap();
+        finish_swap(out).unwrap();
+        for f in ["report.json", "run.json", "steps.csv"] {
+            assert_eq!(std::fs::read_to_string(out.join(f)).unwrap(), "new", "{f}");
+        }
+        assert!(!aside.exists() && !a.exists() && !out.join(SWAP_JOURNAL).exists());
+        // Nothing to finish: a no-op.
+        finish_swap(out).unwrap();
     }
 
     #[test]

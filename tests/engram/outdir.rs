@@ -237,3 +237,51 @@ fn a_second_writer_is_refused_while_the_lock_is_held() {
     let (code, msg) = run_to(&cfg, &out, &["-q"], &[]);
     assert_eq!(code, 0, "{msg}");
 }
+
+/// Found by a newcomer pass: a file merely named `run.json` does not make a directory a run;
+/// an interrupted attempt is resumed under its output directory's lock (not beside a live
+/// writer), and replaces the run only if it is still the one it was started beside.
+#[test]
+fn attempts_replace_only_their_own_run_under_its_lock() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "c.toml", "checkpoint_every = 3\n");
+    // A user's directory with a run.json of their own.
+    let user = d.path().join("user");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(user.join("run.json"), "{\"name\":\"mine\"}").unwrap();
+    std::fs::write(user.join("report.json"), "{\"mine\":1}").unwrap();
+    let (code, msg) = run_to(&cfg, &user, &["-q"], &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert_eq!(
+        std::fs::read_to_string(user.join("report.json")).unwrap(),
+        "{\"mine\":1}"
+    );
+
+    // A finished run, then an attempt killed mid-run.
+    let out = d.path().join("out");
+    let (code, msg) = run_to(&cfg, &out, &["-q", "--set", "optimizer.lr=0.02"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let (code, _) = run_to(&cfg, &out, &["-q"], &[("ENGRAM_FAILPOINT", "step-7")]);
+    assert_ne!(code, 0);
+    let attempt = attempts(&out).pop().unwrap();
+    // While another process writes OUT, the attempt cannot be resumed.
+    let lock = engram::outdir::take(&out).unwrap();
+    let (code, msg) = run(&["resume", attempt.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("being written by another engram process"),
+        "{msg}"
+    );
+    drop(lock);
+    // A newer run finishes in OUT meanwhile: the older attempt, resumed, does not replace it.
+    let (code, msg) = run_to(&cfg, &out, &["-q", "--set", "optimizer.lr=0.03"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let (code, msg) = run(&["resume", attempt.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("changed since this attempt started"), "{msg}");
+    assert_eq!(
+        json(&out.join("report.json"))["config"]["optimizer"]["lr"],
+        0.03
+    );
+    assert_eq!(json(&attempt.join("report.json"))["status"], "finished");
+}
