@@ -5,7 +5,7 @@
 
 use crate::util::{engram, output, run, run_quiet, small_config};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn stable(dir: &Path) -> Value {
     let mut r: Value =
@@ -26,6 +26,20 @@ fn run_failing(cfg: &Path, out: &Path, failpoint: &str, resume: bool) -> (i32, S
     let mut c = engram();
     c.args(["resume", out.to_str().unwrap(), "-q"]);
     output(c.env("ENGRAM_FAILPOINT", failpoint).output().unwrap())
+}
+
+/// An uninterrupted reference run (`full`) and the same config killed at `failpoint` (`cut`),
+/// with `extra` appended to the small real-data config.
+fn reference_and_killed(d: &Path, extra: &str, failpoint: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let cfg = small_config(d, "r.toml", extra);
+    let full = d.join("full");
+    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let cut = d.join("cut");
+    let (code, msg) = run_failing(&cfg, &cut, failpoint, false);
+    assert_ne!(code, 0, "{msg}");
+    assert!(msg.contains(&format!("failpoint `{failpoint}`")), "{msg}");
+    (cfg, full, cut)
 }
 
 #[test]
@@ -62,13 +76,7 @@ fn killed_mid_task_and_mid_checkpoint_resumes_to_the_same_report() {
 #[test]
 fn a_corrupted_checkpoint_falls_back_to_the_previous_one() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = small_config(d.path(), "c.toml", EXTRA);
-    let full = d.path().join("full");
-    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
-    assert_eq!(code, 0, "{msg}");
-    let cut = d.path().join("cut");
-    let (code, _) = run_failing(&cfg, &cut, "step-23", false);
-    assert_ne!(code, 0);
+    let (_, full, cut) = reference_and_killed(d.path(), EXTRA, "step-23");
     let mut cks: Vec<_> = std::fs::read_dir(cut.join("checkpoints"))
         .unwrap()
         .flatten()
@@ -284,14 +292,7 @@ fn ctrl_c_writes_a_checkpoint_exits_130_and_resumes_to_the_same_report() {
 #[test]
 fn checkpoints_that_do_not_decode_or_belong_elsewhere_are_not_used() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = small_config(d.path(), "r.toml", EXTRA);
-    let full = d.path().join("full");
-    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
-    assert_eq!(code, 0, "{msg}");
-
-    let cut = d.path().join("cut");
-    let (code, _) = run_failing(&cfg, &cut, "step-12", false);
-    assert_ne!(code, 0);
+    let (cfg, full, cut) = reference_and_killed(d.path(), EXTRA, "step-12");
     let newest = cut.join("checkpoints/step-00000010");
     // Replace the replay strategy's metadata by `null` and re-sign the manifest: the files
     // verify, the state does not decode.
@@ -362,13 +363,7 @@ fn checkpoints_that_do_not_decode_or_belong_elsewhere_are_not_used() {
 #[test]
 fn resume_eval_and_export_take_a_device() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = small_config(d.path(), "dev.toml", "checkpoint_every = 5\n");
-    let full = d.path().join("full");
-    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
-    assert_eq!(code, 0, "{msg}");
-    let cut = d.path().join("cut");
-    let (code, _) = run_failing(&cfg, &cut, "step-8", false);
-    assert_ne!(code, 0);
+    let (_, full, cut) = reference_and_killed(d.path(), "checkpoint_every = 5\n", "step-8");
     let c = cut.to_str().unwrap();
     for args in [
         &["resume", c, "--device", "tpu"][..],
