@@ -1110,6 +1110,34 @@ impl ParamSource {
             .into_iter()
             .filter(|(k, _)| k.get_ref().as_ref() != "type")
             .collect();
+        // No strategy key takes NaN or an infinity (`nan`, `inf`, `1e400`): one check for every
+        // strategy, built-in or plugin, so that a non-finite value can never switch a comparison
+        // off silently (a NaN threshold is never exceeded).
+        fn non_finite<'a>(v: &'a DeValue<'_>) -> Option<&'a str> {
+            match v {
+                DeValue::Float(f) => {
+                    let raw = f.as_str();
+                    (!raw
+                        .replace('_', "")
+                        .parse::<f64>()
+                        .is_ok_and(f64::is_finite))
+                    .then_some(raw)
+                }
+                DeValue::Array(a) => a.iter().find_map(|x| non_finite(x.get_ref())),
+                DeValue::Table(t) => t.values().find_map(|x| non_finite(x.get_ref())),
+                _ => None,
+            }
+        }
+        for (k, v) in &table {
+            if let Some(raw) = non_finite(v.get_ref()) {
+                let key = k.get_ref().as_ref();
+                return Err(self.key_error(
+                    key,
+                    format!("`{key}`: {raw} is not a finite number"),
+                    Some("every strategy key takes finite values".into()),
+                ));
+            }
+        }
         let value = Spanned::new(span, DeValue::Table(table));
         T::deserialize(ValueDeserializer::from(value)).map_err(|e| toml_error(&self.file, src, &e))
     }

@@ -146,6 +146,22 @@ fn build_lr(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>>
             None,
         ));
     }
+    for (key, v, ok) in [
+        ("gamma", p.gamma, p.gamma > 0.0),
+        ("min_lr", p.min_lr, p.min_lr >= 0.0),
+        ("final_lr", p.final_lr, p.final_lr >= 0.0),
+    ] {
+        if !ok {
+            return Err(src.key_error(
+                key,
+                format!(
+                    "lr: {key} = {v} must be {}",
+                    if key == "gamma" { "> 0" } else { "≥ 0" }
+                ),
+                None,
+            ));
+        }
+    }
     if p.step_size == 0 {
         return Err(src.key_error(
             "step_size",
@@ -413,6 +429,16 @@ fn build_anomaly(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Schedu
         return Err(src.key_error(
             "lr_factor",
             "anomaly: lr_factor and lambda_factor must be finite and > 0".into(),
+            None,
+        ));
+    }
+    if p.replay_step < 0.0 {
+        return Err(src.key_error(
+            "replay_step",
+            format!(
+                "anomaly: replay_step {} must be ≥ 0 (a retry adds it to the replay ratio)",
+                p.replay_step
+            ),
             None,
         ));
     }

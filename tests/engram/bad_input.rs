@@ -109,7 +109,7 @@ fn cases() -> Vec<(String, String, &'static str)> {
         (
             "threshold_nan",
             "[[scheduler]]\ntype = \"anomaly\"\nthreshold = nan\n",
-            ":7:1: anomaly: threshold NaN must be a finite share",
+            ":7:1: `threshold`: nan is not a finite number",
         ),
         (
             "momentum_under_adamw",
@@ -376,4 +376,102 @@ fn a_missing_device_blames_the_flag_not_the_config() {
         assert!(!msg.contains("dev.toml") && !msg.contains("--set"), "{msg}");
     }
     assert!(!d.path().join("o").exists(), "nothing written");
+}
+
+/// Every numeric key of every registered strategy, fed NaN, ±inf, 0 and −1 (0 and −1 for whole
+/// numbers): each value is a positioned error (exit 2, `file:line:column`), or one of the
+/// zeros below, each with its documented meaning. A new key that takes a value without a
+/// meaning makes this test fail until it is refused or listed here.
+#[test]
+fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
+    // Zeros that mean something (the key's doc comment says what).
+    let meaningful = [
+        ("ema", "decay", "no averaging: the last step's weights"),
+        ("ewc", "fisher_samples", "all of the task's samples"),
+        (
+            "ewc",
+            "gamma",
+            "online EWC keeps only the last task's Fisher",
+        ),
+        ("ewc", "lambda", "no penalty"),
+        ("ewc", "stiffness_cap", "the cap is off"),
+        (
+            "replay",
+            "candidates",
+            "every sample of the task is a candidate",
+        ),
+        ("replay", "distill", "no logit distillation"),
+        ("replay", "min_per_task", "no floor on a task's share"),
+        ("replay", "priority_alpha", "uniform drawing (p^0 = 1)"),
+        ("replay", "priority_decay", "a priority is the last loss"),
+        ("replay", "ratio", "no memory rows added"),
+        ("checkpoint", "interval", "the segment length by model kind"),
+        (
+            "anomaly",
+            "max_retries",
+            "detect and record, never roll back",
+        ),
+        (
+            "anomaly",
+            "replay_step",
+            "a retry leaves the replay ratio alone",
+        ),
+        ("anomaly", "threshold", "any drop below the best triggers"),
+        ("lr", "final_lr", "the linear schedule ends at 0"),
+        ("lr", "min_lr", "the cosine floor is 0"),
+        ("lr", "warmup_steps", "no warm-up"),
+        ("reg_warmup", "decay_epochs", "the boost ends at once"),
+        ("reg_warmup", "epochs", "no hold at full strength"),
+        ("replay_ratio", "end", "no replay on the last task"),
+        ("replay_ratio", "start", "no replay on the second task"),
+    ];
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("k.toml");
+    let mut accepted = Vec::new();
+    let mut tried = 0;
+    for e in engram::registry().entries() {
+        let section = format!("[[{}]]", e.registration.factory.kind().list());
+        let name = e.registration.name;
+        for (key, default) in (e.registration.defaults)() {
+            let values: &[&str] = match default {
+                toml::Value::Float(_) => &["nan", "inf", "-inf", "0.0", "-1.0"],
+                toml::Value::Integer(_) => &["0", "-1"],
+                _ => continue,
+            };
+            for v in values {
+                std::fs::write(
+                    &f,
+                    format!(
+                        "[data]\ndataset = \"fashion-mnist\"\nsubsample = 100\n[model]\ntype = \"mlp\"\nhidden = [8]\n{section}\ntype = \"{name}\"\n{key} = {v}\n"
+                    ),
+                )
+                .unwrap();
+                tried += 1;
+                let (code, msg) = run(&["validate", f.to_str().unwrap()]);
+                assert!(!msg.contains("panicked"), "{name}.{key} = {v}: {msg}");
+                match code {
+                    0 => accepted.push((name.to_string(), key.to_string(), v.to_string())),
+                    2 => assert!(
+                        msg.contains(&format!("{}:", f.display())),
+                        "{name}.{key} = {v}: not positioned: {msg}"
+                    ),
+                    c => panic!("{name}.{key} = {v}: exit {c}: {msg}"),
+                }
+            }
+        }
+    }
+    assert!(tried > 100, "only {tried} values tried");
+    for (name, key, v) in &accepted {
+        assert!(
+            (v == "0" || v == "0.0") && meaningful.iter().any(|(n, k, _)| n == name && k == key),
+            "{name}.{key} = {v} is accepted without a documented meaning"
+        );
+    }
+    // The list holds no stale entries.
+    for (n, k, _) in meaningful {
+        assert!(
+            accepted.iter().any(|(name, key, _)| name == n && key == k),
+            "{n}.{k}: listed as meaningful but 0 is refused or the key is gone"
+        );
+    }
 }
