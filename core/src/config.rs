@@ -636,6 +636,25 @@ fn toml_error(file: &Path, src: &str, err: &toml::de::Error) -> Error {
     }
 }
 
+/// An [`Error::Config`] at byte `offset` of `src`, the text of `file` (line and column
+/// 1-based, as [`line_col`] counts them).
+pub fn positioned(
+    file: &Path,
+    src: &str,
+    offset: usize,
+    message: String,
+    hint: Option<String>,
+) -> Error {
+    let (line, column) = line_col(src, offset);
+    Error::Config {
+        file: file.to_path_buf(),
+        line,
+        column,
+        message,
+        hint,
+    }
+}
+
 /// Applies `--set key.path=value` overrides to TOML text, keeping its formatting.
 ///
 /// # Errors
@@ -1160,14 +1179,7 @@ impl ParamSource {
                 _ => Some(start),
             }
         });
-        let (line, column) = line_col(src, offset.unwrap_or(0));
-        Error::Config {
-            file: self.file.clone(),
-            line,
-            column,
-            message,
-            hint,
-        }
+        positioned(&self.file, src, offset.unwrap_or(0), message, hint)
     }
 
     /// The strategy list this entry belongs to.

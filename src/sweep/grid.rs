@@ -18,7 +18,7 @@
 //! sub-tables (`[sweep.data] subsample = […]`) are the same axes. The grid is the cartesian
 //! product configs × axes (in file order) × seeds, the seeds varying fastest.
 
-use engram_core::config::line_col;
+use engram_core::config::positioned;
 use engram_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -210,14 +210,7 @@ impl Sweep {
     /// As [`Sweep::load`].
     pub fn parse(file: &Path, source: String) -> Result<Self> {
         let at = |offset: usize, message: String, hint: Option<&str>| {
-            let (line, column) = line_col(&source, offset);
-            Error::Config {
-                file: file.to_path_buf(),
-                line,
-                column,
-                message,
-                hint: hint.map(str::to_string),
-            }
+            positioned(file, &source, offset, message, hint.map(str::to_string))
         };
         let doc = toml_edit::ImDocument::parse(source.clone()).map_err(|e| {
             at(
@@ -289,16 +282,31 @@ impl Sweep {
         if let Some((b, o)) = string("base")? {
             configs.push((resolve(&b), o));
         }
-        if let Some(item) = sweep.get("configs") {
-            let arr = item.as_array().filter(|a| !a.is_empty()).ok_or_else(|| {
-                at(
-                    off(item),
-                    "`configs` must be a non-empty list of config files".into(),
-                    Some("write configs = [\"a.toml\", \"b.toml\"]"),
-                )
-            })?;
-            for v in arr.iter() {
-                let o = v.span().map_or(off(item), |s| s.start);
+        // The values of a list key of [sweep] with their offsets; `None` when the key is absent.
+        let list =
+            |k: &str, what: &str, hint: &str| -> Result<Option<Vec<(toml_edit::Value, usize)>>> {
+                let Some(item) = sweep.get(k) else {
+                    return Ok(None);
+                };
+                let arr = item.as_array().filter(|a| !a.is_empty()).ok_or_else(|| {
+                    at(
+                        off(item),
+                        format!("`{k}` must be a non-empty list of {what}"),
+                        Some(hint),
+                    )
+                })?;
+                Ok(Some(
+                    arr.iter()
+                        .map(|v| (v.clone(), v.span().map_or(off(item), |s| s.start)))
+                        .collect(),
+                ))
+            };
+        if let Some(values) = list(
+            "configs",
+            "config files",
+            "write configs = [\"a.toml\", \"b.toml\"]",
+        )? {
+            for (v, o) in values {
                 let s = v
                     .as_str()
                     .ok_or_else(|| at(o, "a config must be a file name (a string)".into(), None))?;
@@ -306,16 +314,8 @@ impl Sweep {
             }
         }
         let mut seeds = Vec::new();
-        if let Some(item) = sweep.get("seeds") {
-            let arr = item.as_array().filter(|a| !a.is_empty()).ok_or_else(|| {
-                at(
-                    off(item),
-                    "`seeds` must be a non-empty list of whole numbers ≥ 0".into(),
-                    Some("write seeds = [0, 1, 2]"),
-                )
-            })?;
-            for v in arr.iter() {
-                let o = v.span().map_or(off(item), |s| s.start);
+        if let Some(values) = list("seeds", "whole numbers ≥ 0", "write seeds = [0, 1, 2]")? {
+            for (v, o) in values {
                 let s = v
                     .as_integer()
                     .and_then(|i| u64::try_from(i).ok())
@@ -561,14 +561,7 @@ impl Sweep {
 
     /// A positioned error at `offset` of the sweep file.
     pub fn error_at(&self, offset: usize, message: String, hint: Option<String>) -> Error {
-        let (line, column) = line_col(&self.source, offset);
-        Error::Config {
-            file: self.file.clone(),
-            line,
-            column,
-            message,
-            hint,
-        }
+        positioned(&self.file, &self.source, offset, message, hint)
     }
 
     fn check_names(&self) -> Result<()> {
