@@ -624,16 +624,9 @@ fn hint_for(message: &str) -> Option<String> {
 }
 
 fn toml_error(file: &Path, src: &str, err: &toml::de::Error) -> Error {
-    let (line, column) = err.span().map_or((1, 1), |s| line_col(src, s.start));
     let message = err.message().trim().to_string();
     let hint = hint_for(&message);
-    Error::Config {
-        file: file.to_path_buf(),
-        line,
-        column,
-        message,
-        hint,
-    }
+    positioned(file, src, err.span().map_or(0, |s| s.start), message, hint)
 }
 
 /// An [`Error::Config`] at byte `offset` of `src`, the text of `file` (line and column

@@ -200,13 +200,7 @@ fn no_image_shape_panics_any_model() {
             )
             .unwrap();
             let out = d.path().join(format!("o-{model}-{h}x{w}"));
-            let (code, msg) = run(&[
-                "run",
-                f.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-                "-q",
-            ]);
+            let (code, msg) = crate::util::run_quiet(&f, &out, &[], &[]);
             assert!(!msg.contains("panicked"), "{model} on {h}×{w}: {msg}");
             assert!(
                 code == 0 || code == 2,
