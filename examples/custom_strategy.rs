@@ -18,7 +18,7 @@ use engram::core::burn::tensor::{Device, Tensor};
 use engram::core::config::ParamSource;
 use engram::core::model::Model;
 use engram::core::model::mlp::{ActivationKind, build_mlp};
-use engram::core::registry::{BuildContext, Factory, StrategyKind};
+use engram::core::registry::{BuildContext, Factory, Kind, Origin, Registration};
 use engram::core::strategy::{
     BatchContext, ForgettingStrategy, StateTensor, StrategyState, TaskContext,
 };
@@ -139,15 +139,17 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     }))
 }
 
-engram::core::register_strategy!(forgetting "l2-anchor", "pull every parameter towards its value after the previous task (L2)", L2AnchorParams, build);
+/// The registration: a name, a summary, the defaults' type and the factory.
+pub const L2_ANCHOR: Registration = engram::core::registration!(forgetting "l2-anchor", "pull every parameter towards its value after the previous task (L2)", L2AnchorParams, build);
 // ANCHOR_END: register
 
 // ANCHOR: main
 fn main() -> Result<()> {
-    // The registry now holds the built-ins and `l2-anchor`.
-    let registry = engram::registry();
+    // The built-ins and `l2-anchor`: the registry to hand to `engram::core::train::trainer::prepare`.
+    let mut registry = engram::registry();
+    registry.add(L2_ANCHOR, Origin::Builtin)?;
     let entry = registry
-        .get(StrategyKind::Forgetting, "l2-anchor")
+        .get(Kind::Forgetting, "l2-anchor")
         .ok_or_else(|| Error::Other("l2-anchor is not registered".into()))?;
     println!(
         "{}: {}",

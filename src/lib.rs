@@ -24,11 +24,7 @@ pub mod sweep;
 pub use engram_core as core;
 pub use engram_strategies as strategies;
 
-/// The registry of every built-in strategy.
-///
-/// Calls [`engram_strategies::link`] so that the strategies crate (and its `inventory`
-/// registrations) is linked into every binary that uses the facade.
+/// The registry of every built-in component: engram-core's models and datasets plus the strategies crate's [`BUILTINS`](engram_strategies::BUILTINS).
 pub fn registry() -> engram_core::registry::Registry {
-    let _ = engram_strategies::link();
-    engram_core::registry::Registry::builtin()
+    engram_core::registry::Registry::builtin().with(engram_strategies::BUILTINS)
 }

@@ -24,7 +24,7 @@
 //! memory figure is a bar chart of those peaks.
 
 use engram_core::fsutil::write_atomic;
-use engram_core::registry::Registry;
+use engram_core::registry::{Kind, Registry};
 use engram_core::train::report::{Report, SCHEMA_VERSION, StepLog};
 use engram_core::{Error, Result};
 use plotters::coord::Shift;
@@ -1177,17 +1177,17 @@ pub fn compare(dirs: &[PathBuf]) -> Result<(String, Vec<String>)> {
     Ok((compare_table(&rows), warnings))
 }
 
-/// The strategy reference of the book (`book/src/reference.md`), generated from `registry`:
-/// for each kind, each strategy's name, summary and a TOML entry listing every key with its
+/// The reference page of the book (`book/src/reference.md`), generated from `registry`:
+/// for each kind, each component's name, summary and a TOML entry listing every key with its
 /// default value. Keys whose default is unset (an `Option` that is `None`) have no TOML value
 /// and are not listed; the built-ins chapter describes them.
 pub fn reference_markdown(registry: &Registry) -> String {
     let mut s = String::from(
-        "# Strategy reference\n\n\
+        "# Reference: strategies, models and datasets\n\n\
          <!-- Generated from the strategy registry by the `reference_md_matches_registry` test\n     \
          (tests/engram/book.rs). Do not edit by hand: run\n     \
          `UPDATE_GOLDEN=1 cargo test --release --test engram book::` to regenerate it. -->\n\n\
-         Every registered built-in strategy with every key it accepts and its default value, as\n\
+         Every registered built-in component with every key it accepts and its default value, as\n\
          `engram list` prints them. Copy the keys you want to change into an experiment file; a\n\
          key left out keeps its default, and an unknown key is an error that names the nearest\n\
          valid one. Keys whose default is *unset* (for example `replay`'s `every`) are not shown\n\
@@ -1199,10 +1199,12 @@ pub fn reference_markdown(registry: &Registry) -> String {
         let reg = &e.registration;
         let k = reg.factory.kind();
         if kind != Some(k) {
-            let title = match k.list() {
-                "forgetting" => "Forgetting strategies: `[[forgetting]]`",
-                "memory" => "Memory strategies: `[[memory]]`",
-                _ => "Schedulers: `[[scheduler]]`",
+            let title = match k {
+                Kind::Forgetting => "Forgetting strategies: `[[forgetting]]`",
+                Kind::Memory => "Memory strategies: `[[memory]]`",
+                Kind::Scheduler => "Schedulers: `[[scheduler]]`",
+                Kind::Model => "Models: `[model]`",
+                Kind::Dataset => "Datasets: `[data] dataset`",
             };
             let _ = write!(s, "\n## {title}\n");
             kind = Some(k);
@@ -1212,11 +1214,14 @@ pub fn reference_markdown(registry: &Registry) -> String {
             .next()
             .map(|c| c.to_uppercase().chain(summary).collect())
             .unwrap_or_default();
+        let header = match k {
+            Kind::Model => format!("[model]\ntype = \"{}\"", reg.name),
+            Kind::Dataset => format!("[data]\ndataset = \"{}\"", reg.name),
+            _ => format!("[[{}]]\ntype = \"{}\"", k.list(), reg.name),
+        };
         let _ = write!(
             s,
-            "\n### `{}`\n\n{summary}.\n\n```toml\n[[{}]]\ntype = \"{}\"\n",
-            reg.name,
-            k.list(),
+            "\n### `{}`\n\n{summary}.\n\n```toml\n{header}\n",
             reg.name
         );
         let defaults = (reg.defaults)();

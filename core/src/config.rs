@@ -105,58 +105,18 @@ fn default_scenario() -> Scenario {
     Scenario::ClassIncremental
 }
 
-/// `[model]`: the network.
+/// `[model]`: the network. `type` names a registered model
+/// ([`Kind::Model`](crate::registry::Kind::Model): `mlp`, `cnn`, `vit` or a plugin's); the other
+/// keys are that model's own, decoded and checked by its factory (unknown keys are positioned
+/// errors there, with the nearest valid key).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    /// `mlp`.
+    /// The registered model's name.
     #[serde(rename = "type")]
     pub kind: String,
-    /// CNN: output channels of each conv block (3×3 conv, batch norm, ReLU, 2×2 max pool).
-    /// Default `[16, 32]`.
-    #[serde(default = "default_channels")]
-    pub channels: Vec<usize>,
-    /// Hidden widths of the MLP. Default `[400, 400]`.
-    #[serde(default = "default_hidden")]
-    pub hidden: Vec<usize>,
-    /// `relu` (default), `gelu` or `tanh`.
-    #[serde(default)]
-    pub activation: crate::model::mlp::ActivationKind,
-    /// Dropout probability after each hidden layer (and in the ViT's attention and
-    /// residual branches). Default 0.
-    #[serde(default)]
-    pub dropout: f64,
-    /// ViT: model width. Default 64.
-    #[serde(default = "default_dim")]
-    pub dim: usize,
-    /// ViT: encoder blocks. Default 4.
-    #[serde(default = "default_depth")]
-    pub depth: usize,
-    /// ViT: attention heads (must divide `dim`). Default 4.
-    #[serde(default = "default_heads")]
-    pub heads: usize,
-    /// ViT: patch side in pixels; must divide the image side. Default: the divisor of the side
-    /// nearest a quarter of it (7 for 28×28, 9 for 27×27, 8 for 32×32), see
-    /// [`crate::model::vit::default_patch`].
-    #[serde(default)]
-    pub patch: Option<usize>,
-}
-
-fn default_channels() -> Vec<usize> {
-    vec![16, 32]
-}
-fn default_dim() -> usize {
-    64
-}
-fn default_depth() -> usize {
-    4
-}
-fn default_heads() -> usize {
-    4
-}
-
-fn default_hidden() -> Vec<usize> {
-    vec![400, 400]
+    /// The model's own keys, as written.
+    #[serde(flatten)]
+    pub params: toml::Table,
 }
 
 /// The optimiser family (burn-optim).
@@ -906,14 +866,6 @@ impl LoadedConfig {
                 None,
             ));
         }
-        if !(0.0..1.0).contains(&c.model.dropout) {
-            return Err(self.error_at(
-                "model",
-                "dropout",
-                format!("dropout {} is outside [0, 1)", c.model.dropout),
-                None,
-            ));
-        }
         if let Some(v) = c.train.clip_norm
             && !(v > 0.0 && v.is_finite())
         {
@@ -984,55 +936,6 @@ impl LoadedConfig {
                 format!(
                     "weight_decay must be ≥ 0 and momentum in [0, 1) (got {} and {})",
                     c.optimizer.weight_decay, c.optimizer.momentum
-                ),
-                None,
-            ));
-        }
-        if c.model.hidden.len() > 1024 || c.model.hidden.iter().any(|&h| h == 0 || h > 65536) {
-            return Err(self.error_at(
-                "model",
-                "hidden",
-                "hidden widths must be 1 to 65536, at most 1024 layers".into(),
-                None,
-            ));
-        }
-        if !["mlp", "cnn", "vit"].contains(&c.model.kind.as_str()) {
-            return Err(self.error_at(
-                "model",
-                "type",
-                format!("unknown model type `{}`", c.model.kind),
-                Some("available: mlp, cnn, vit".into()),
-            ));
-        }
-        if c.model.kind == "cnn"
-            && (c.model.channels.is_empty()
-                || c.model.channels.len() > 2
-                || c.model.channels.iter().any(|&ch| ch == 0 || ch > 1024))
-        {
-            return Err(self.error_at(
-                "model",
-                "channels",
-                "cnn: 1 or 2 conv blocks (each halves the image side, rounding down) of 1 to 1024 channels".into(),
-                Some("for example channels = [16, 32]".into()),
-            ));
-        }
-        let m = &c.model;
-        if m.kind == "vit"
-            && (m.dim == 0
-                || m.heads == 0
-                || !m.dim.is_multiple_of(m.heads)
-                || m.patch == Some(0)
-                || m.depth > 256
-                || m.dim > 4096)
-        {
-            return Err(self.error_at(
-                "model",
-                "dim",
-                format!(
-                    "vit: dim {} must be a multiple of heads {}, patch {} at least 1, depth ≤ 256",
-                    m.dim,
-                    m.heads,
-                    m.patch.map_or("(default)".into(), |p| p.to_string())
                 ),
                 None,
             ));
@@ -1196,7 +1099,7 @@ mod tests {
         let c = load(MIN).unwrap().config;
         assert_eq!(c.train.batch_size, 128);
         assert_eq!(c.optimizer.lr, 0.05);
-        assert_eq!(c.model.hidden, vec![400, 400]);
+        assert_eq!(c.model.kind, "mlp");
         assert_eq!(c.data.scenario, Scenario::ClassIncremental);
     }
 

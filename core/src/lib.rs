@@ -44,7 +44,6 @@ pub mod train;
 
 pub use burn;
 pub use error::{Error, Result};
-pub use inventory;
 
 /// The Burn version engram is built against, as a literal (for `concat!`).
 #[doc(hidden)]

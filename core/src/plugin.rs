@@ -42,7 +42,7 @@
 //! Loading a plugin runs its code with the host's rights: load only what you trust.
 
 use crate::error::Error;
-use crate::registry::{Registration, StrategyKind};
+use crate::registry::{Kind, Registration};
 use crate::strategy::{
     BatchContext, Controls, ForgettingStrategy, MemoryLayer, MemoryStrategy, Next, Position,
     Scheduler, StepContext, StepOutcome, StepRequest, StrategyState, TaskContext, TaskInfo,
@@ -238,13 +238,13 @@ pub enum PluginError {
         /// Its error, or `panicked: …` with the panic message.
         message: String,
     },
-    /// A strategy of the same kind and name is already registered.
-    #[error("plugin {}: duplicate {kind} strategy `{name}`: already registered by {other}\n  hint: rename the plugin's strategy, or load only one of the two", path.display())]
+    /// A component of the same kind and name is already registered.
+    #[error("plugin {}: duplicate {} `{name}`: already registered by {other}\n  hint: rename the plugin's {}, or load only one of the two", path.display(), kind.noun(), kind.noun())]
     Duplicate {
         /// The library that registered it second.
         path: PathBuf,
-        /// The strategy kind.
-        kind: StrategyKind,
+        /// The component's kind.
+        kind: Kind,
         /// The strategy name.
         name: String,
         /// Where the first one came from (`built-in` or a path).
@@ -744,11 +744,11 @@ fn guard_or_fault<R>(
 ///
 /// # Errors
 /// The factory's own error, or [`PluginError::Panicked`] (method `build`).
-pub(crate) fn guarded_build<T: ?Sized>(
+pub(crate) fn guarded_build<R>(
     lib: &Library,
     name: &str,
-    f: impl FnOnce() -> crate::Result<Box<T>>,
-) -> crate::Result<Box<T>> {
+    f: impl FnOnce() -> crate::Result<R>,
+) -> crate::Result<R> {
     guard(lib, name, "build", f)?
 }
 

@@ -1,10 +1,12 @@
-//! The registry of named strategy factories.
+//! The registry of named components: the three strategy kinds, models and datasets.
 //!
-//! Built-in strategies submit a [`Registration`] through [`inventory`] (see
-//! [`register_strategy!`](crate::register_strategy)); [`Registry::builtin`] collects them into an
-//! explicit, ordered table that the runner, `engram list` and `engram validate` read. Each entry
-//! has a name, a one-line summary, its parameters with their defaults, and a factory that decodes
-//! the parameters (rejecting unknown keys) and builds the strategy.
+//! Every component is a [`Registration`]: a name (its `type = "…"` in the config), a one-line
+//! summary, its keys with their defaults, and a factory that decodes the keys (rejecting
+//! unknown ones, with positions) and builds it. Built-ins are listed explicitly, one line each:
+//! [`crate::model::BUILTINS`], [`crate::data::BUILTINS`] and the strategies crate's `BUILTINS`;
+//! a plugin hands its registrations over through [`crate::plugin::Registrar::add`]. The
+//! [`Registry`] orders them by kind then name for the runner, `engram list`, `engram validate`
+//! and the generated reference pages.
 
 use crate::config::{LoadedConfig, ParamSource, did_you_mean};
 use crate::error::{Error, Result};
@@ -26,40 +28,77 @@ pub struct BuildContext {
     pub batch_size: usize,
     /// The run seed.
     pub seed: u64,
-    /// The model kind (`mlp`, …), for defaults that depend on it.
-    pub model_kind: String,
 }
 
-/// The three kinds of strategy.
+/// The kinds of registered component: three kinds of strategy, models and datasets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum StrategyKind {
+pub enum Kind {
     /// A [`ForgettingStrategy`] (`[[forgetting]]`).
     Forgetting,
     /// A [`MemoryStrategy`] (`[[memory]]`).
     Memory,
-    /// A [`Scheduler`] (`[scheduler]`).
+    /// A [`Scheduler`] (`[[scheduler]]`).
     Scheduler,
+    /// A model (`[model] type`).
+    Model,
+    /// A dataset (`[data] dataset`).
+    Dataset,
 }
 
-impl StrategyKind {
-    /// The config list this kind lives in.
+impl Kind {
+    /// Every kind, in registry order.
+    pub const ALL: [Kind; 5] = [
+        Kind::Forgetting,
+        Kind::Memory,
+        Kind::Scheduler,
+        Kind::Model,
+        Kind::Dataset,
+    ];
+
+    /// The config table this kind lives in (`forgetting`, `memory`, `scheduler`, `model`,
+    /// `dataset`).
     pub fn list(self) -> &'static str {
         match self {
-            StrategyKind::Forgetting => "forgetting",
-            StrategyKind::Memory => "memory",
-            StrategyKind::Scheduler => "scheduler",
+            Kind::Forgetting => "forgetting",
+            Kind::Memory => "memory",
+            Kind::Scheduler => "scheduler",
+            Kind::Model => "model",
+            Kind::Dataset => "dataset",
+        }
+    }
+
+    /// What a component of this kind is called in messages (`forgetting strategy`, `model`).
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Forgetting => "forgetting strategy",
+            Kind::Memory => "memory strategy",
+            Kind::Scheduler => "scheduler",
+            Kind::Model => "model",
+            Kind::Dataset => "dataset",
         }
     }
 }
 
-impl fmt::Display for StrategyKind {
+impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.list())
     }
 }
 
-/// A factory: decodes parameters and builds the strategy.
+/// Builds a model: decodes the `[model]` keys from `src` (all but `type`), checks them against
+/// the data's geometry in `cx` (positioned errors through [`ParamSource::key_error`], never a
+/// panic) and initialises the model on the device from `cx.seed`.
+pub type ModelFactory = fn(
+    &ParamSource,
+    &crate::model::ModelContext,
+    &burn::tensor::Device,
+) -> Result<crate::model::Model>;
+
+/// Loads a dataset from what `[data]` says ([`crate::data::DatasetRequest`]).
+pub type DatasetFactory = fn(&crate::data::DatasetRequest<'_>) -> Result<crate::data::Dataset>;
+
+/// A factory: decodes parameters and builds the component.
 #[derive(Clone, Copy)]
 pub enum Factory {
     /// Builds a forgetting strategy.
@@ -68,20 +107,27 @@ pub enum Factory {
     Memory(fn(&ParamSource, &BuildContext) -> Result<Box<dyn MemoryStrategy>>),
     /// Builds a scheduler.
     Scheduler(fn(&ParamSource, &BuildContext) -> Result<Box<dyn Scheduler>>),
+    /// Builds a model.
+    Model(ModelFactory),
+    /// Loads a dataset.
+    Dataset(DatasetFactory),
 }
 
 impl Factory {
-    /// The kind of strategy it builds.
-    pub fn kind(&self) -> StrategyKind {
+    /// The kind of component it builds.
+    pub fn kind(&self) -> Kind {
         match self {
-            Factory::Forgetting(_) => StrategyKind::Forgetting,
-            Factory::Memory(_) => StrategyKind::Memory,
-            Factory::Scheduler(_) => StrategyKind::Scheduler,
+            Factory::Forgetting(_) => Kind::Forgetting,
+            Factory::Memory(_) => Kind::Memory,
+            Factory::Scheduler(_) => Kind::Scheduler,
+            Factory::Model(_) => Kind::Model,
+            Factory::Dataset(_) => Kind::Dataset,
         }
     }
 }
 
-/// One registered strategy (submitted through `inventory` by built-ins).
+/// One registered component: a built-in's line in a `BUILTINS` list, or a plugin's
+/// [`Registrar::add`](crate::plugin::Registrar::add).
 #[derive(Clone, Copy)]
 pub struct Registration {
     /// The name used as `type = "…"`.
@@ -94,9 +140,7 @@ pub struct Registration {
     pub factory: Factory,
 }
 
-inventory::collect!(Registration);
-
-/// Where a registered strategy comes from.
+/// Where a registered component comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase", tag = "kind", content = "path")]
 pub enum Origin {
@@ -144,7 +188,7 @@ impl Entry {
     }
 }
 
-/// The table of strategies available to a run, ordered by kind then name.
+/// The table of components available to a run, ordered by kind then name.
 #[derive(Clone, Default)]
 pub struct Registry {
     entries: Vec<Entry>,
@@ -152,24 +196,33 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Every built-in strategy submitted through `inventory`.
+    /// engram-core's built-ins: the models of [`crate::model::BUILTINS`] and the datasets of
+    /// [`crate::data::BUILTINS`] (the strategies are in the strategies crate; the `engram`
+    /// facade's `registry()` adds them with [`Registry::with`]).
+    pub fn builtin() -> Self {
+        Self::default()
+            .with(crate::model::BUILTINS)
+            .with(crate::data::BUILTINS)
+    }
+
+    /// This registry with the built-ins of `list` added (an in-process crate's components).
     ///
     /// # Panics
-    /// Never in a correct build; a duplicate built-in name is a programming error and is
-    /// reported by the `registry_has_unique_builtins` test.
-    pub fn builtin() -> Self {
-        let mut r = Self::default();
-        for reg in inventory::iter::<Registration> {
-            // Duplicates among built-ins are caught by tests; keep the first.
-            let _ = r.add(*reg, Origin::Builtin);
+    /// When a name is registered twice for one kind: a programming error in the lists, caught
+    /// by the test that builds the full registry.
+    pub fn with(mut self, list: &[Registration]) -> Self {
+        for reg in list {
+            if let Err(e) = self.add(*reg, Origin::Builtin) {
+                panic!("{e}");
+            }
         }
-        r
+        self
     }
 
     /// Adds a built-in entry.
     ///
     /// # Errors
-    /// [`Error::Other`] when a strategy of the same kind and name exists; the message names
+    /// [`Error::Other`] when a component of the same kind and name exists; the message names
     /// both sources.
     pub fn add(&mut self, registration: Registration, origin: Origin) -> Result<()> {
         self.insert(registration, origin, None)
@@ -193,8 +246,10 @@ impl Registry {
                     other: e.origin.to_string(),
                 }),
                 Origin::Builtin => Error::Other(format!(
-                    "duplicate {kind} strategy `{}`: registered by {} and again by {origin}",
-                    registration.name, e.origin
+                    "duplicate {} `{}`: registered by {} and again by {origin}",
+                    kind.noun(),
+                    registration.name,
+                    e.origin
                 )),
             });
         }
@@ -210,7 +265,7 @@ impl Registry {
         Ok(())
     }
 
-    /// Loads the plugin at `path` (see [`crate::plugin::load`]) and adds its strategies. A
+    /// Loads the plugin at `path` (see [`crate::plugin::load`]) and adds its components. A
     /// library already in this registry is skipped. Nothing is added when any of its names is
     /// taken.
     ///
@@ -254,14 +309,14 @@ impl Registry {
     }
 
     /// The entry named `name` of `kind`.
-    pub fn get(&self, kind: StrategyKind, name: &str) -> Option<&Entry> {
+    pub fn get(&self, kind: Kind, name: &str) -> Option<&Entry> {
         self.entries
             .iter()
             .find(|e| e.registration.factory.kind() == kind && e.registration.name == name)
     }
 
     /// Names registered for `kind`.
-    pub fn names(&self, kind: StrategyKind) -> Vec<&'static str> {
+    pub fn names(&self, kind: Kind) -> Vec<&'static str> {
         self.entries
             .iter()
             .filter(|e| e.registration.factory.kind() == kind)
@@ -269,22 +324,30 @@ impl Registry {
             .collect()
     }
 
-    fn lookup(
+    /// The entry of `kind` named `name`, which the config gives at `(line, column)`.
+    ///
+    /// # Errors
+    /// A positioned [`Error::Config`] for an unknown name, with the nearest registered name
+    /// and the list of them.
+    pub fn lookup_at(
         &self,
         cfg: &LoadedConfig,
-        kind: StrategyKind,
-        index: usize,
+        kind: Kind,
+        (line, column): (usize, usize),
         name: &str,
     ) -> Result<&Entry> {
         self.get(kind, name).ok_or_else(|| {
             let names = self.names(kind);
-            let (line, column) = cfg.type_position(kind.list(), index);
             let mut hint = match did_you_mean(name, names.iter().copied()) {
                 Some(s) => format!("did you mean `{s}`? "),
                 None => String::new(),
             };
+            let plural = match kind {
+                Kind::Forgetting | Kind::Memory => format!("{} strategies", kind.list()),
+                other => format!("{}s", other.noun()),
+            };
             hint.push_str(&format!(
-                "registered {kind} strategies: {}; a plugin's strategies need its library \
+                "registered {plural}: {}; a plugin's components need its library \
                  (`plugins = [\"lib.so\"]` or `--plugin PATH`)",
                 names.join(", ")
             ));
@@ -292,10 +355,112 @@ impl Registry {
                 file: cfg.file.clone(),
                 line,
                 column,
-                message: format!("unknown {kind} strategy `{name}`"),
+                message: format!("unknown {} `{name}`", kind.noun()),
                 hint: Some(hint),
             }
         })
+    }
+
+    fn lookup(&self, cfg: &LoadedConfig, kind: Kind, index: usize, name: &str) -> Result<&Entry> {
+        self.lookup_at(cfg, kind, cfg.type_position(kind.list(), index), name)
+    }
+
+    /// Looks up every component `cfg` names (model, dataset, each strategy), without building
+    /// any: the fast check a run does before it reads its data.
+    ///
+    /// # Errors
+    /// The first unknown name, as a positioned [`Error::Config`].
+    pub fn check_names(&self, cfg: &LoadedConfig) -> Result<()> {
+        self.model_entry(cfg)?;
+        let c = &cfg.config;
+        self.lookup_at(
+            cfg,
+            Kind::Dataset,
+            cfg.position("data", "dataset"),
+            &c.data.dataset,
+        )?;
+        let lists = [
+            (
+                Kind::Forgetting,
+                c.forgetting.iter().map(|e| &e.kind).collect::<Vec<_>>(),
+            ),
+            (Kind::Memory, c.memory.iter().map(|e| &e.kind).collect()),
+            (
+                Kind::Scheduler,
+                c.scheduler.iter().map(|e| &e.kind).collect(),
+            ),
+        ];
+        for (kind, names) in lists {
+            for (i, name) in names.into_iter().enumerate() {
+                self.lookup(cfg, kind, i, name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The `[model]` entry of `cfg`.
+    ///
+    /// # Errors
+    /// A positioned [`Error::Config`] at `[model] type` for an unknown model.
+    pub fn model_entry(&self, cfg: &LoadedConfig) -> Result<&Entry> {
+        self.lookup_at(
+            cfg,
+            Kind::Model,
+            cfg.position("model", "type"),
+            &cfg.config.model.kind,
+        )
+    }
+
+    /// Builds the `[model]` of `cfg` on `device` with the registered factory (a plugin's runs
+    /// with its panics caught).
+    ///
+    /// # Errors
+    /// A positioned [`Error::Config`] for an unknown model, unknown keys or values the model
+    /// refuses for this data (its geometry), or [`Error::Plugin`] when a plugin's factory
+    /// panicked.
+    pub fn build_model(
+        &self,
+        cfg: &LoadedConfig,
+        cx: &crate::model::ModelContext,
+        device: &burn::tensor::Device,
+    ) -> Result<crate::model::Model> {
+        let entry = self.model_entry(cfg)?;
+        let Factory::Model(f) = entry.registration.factory else {
+            unreachable!("model_entry returns a model")
+        };
+        let src = cfg.params("model", 0);
+        match &entry.library {
+            None => f(&src, cx, device),
+            Some(lib) => {
+                crate::plugin::guarded_build(lib, entry.registration.name, || f(&src, cx, device))
+            }
+        }
+    }
+
+    /// Loads the `[data] dataset` of `cfg`, `path` being `[data] path` resolved against the
+    /// config's directory.
+    ///
+    /// # Errors
+    /// A positioned [`Error::Config`] for an unknown dataset, the factory's errors
+    /// ([`Error::DatasetMissing`], [`Error::Idx`], …), or [`Error::Plugin`] when a plugin's
+    /// factory panicked.
+    pub fn load_dataset(
+        &self,
+        cfg: &LoadedConfig,
+        path: Option<&Path>,
+    ) -> Result<crate::data::Dataset> {
+        let name = &cfg.config.data.dataset;
+        let entry = self.lookup_at(cfg, Kind::Dataset, cfg.position("data", "dataset"), name)?;
+        let Factory::Dataset(f) = entry.registration.factory else {
+            unreachable!("a dataset entry")
+        };
+        let req = crate::data::DatasetRequest { name, path };
+        let ds = match &entry.library {
+            None => f(&req)?,
+            Some(lib) => crate::plugin::guarded_build(lib, entry.registration.name, || f(&req))?,
+        };
+        check_dataset(&ds)?;
+        Ok(ds)
     }
 
     /// Builds every `[[forgetting]]` entry of `cfg`.
@@ -309,7 +474,7 @@ impl Registry {
     ) -> Result<Vec<Box<dyn ForgettingStrategy>>> {
         let mut out = Vec::new();
         for (i, e) in cfg.config.forgetting.iter().enumerate() {
-            let entry = self.lookup(cfg, StrategyKind::Forgetting, i, &e.kind)?;
+            let entry = self.lookup(cfg, Kind::Forgetting, i, &e.kind)?;
             if let Factory::Forgetting(f) = entry.registration.factory {
                 out.push(entry.build(
                     || f(&cfg.params("forgetting", i), cx),
@@ -333,7 +498,7 @@ impl Registry {
     ) -> Result<Vec<Box<dyn MemoryStrategy>>> {
         let mut out: Vec<Box<dyn MemoryStrategy>> = Vec::new();
         for (i, e) in cfg.config.memory.iter().enumerate() {
-            let entry = self.lookup(cfg, StrategyKind::Memory, i, &e.kind)?;
+            let entry = self.lookup(cfg, Kind::Memory, i, &e.kind)?;
             if let Factory::Memory(f) = entry.registration.factory {
                 let s = entry.build(
                     || f(&cfg.params("memory", i), cx),
@@ -361,7 +526,7 @@ impl Registry {
             .iter()
             .any(|s| s.layer() == crate::strategy::MemoryLayer::Execution)
         {
-            let entry = self.get(StrategyKind::Memory, "standard").ok_or_else(|| {
+            let entry = self.get(Kind::Memory, "standard").ok_or_else(|| {
                 Error::Other("the built-in memory strategy `standard` is not linked".into())
             })?;
             if let Factory::Memory(f) = entry.registration.factory {
@@ -383,7 +548,7 @@ impl Registry {
     ) -> Result<Vec<Box<dyn Scheduler>>> {
         let mut out = Vec::new();
         for (i, e) in cfg.config.scheduler.iter().enumerate() {
-            let entry = self.lookup(cfg, StrategyKind::Scheduler, i, &e.kind)?;
+            let entry = self.lookup(cfg, Kind::Scheduler, i, &e.kind)?;
             if let Factory::Scheduler(f) = entry.registration.factory {
                 out.push(entry.build(
                     || f(&cfg.params("scheduler", i), cx),
@@ -395,43 +560,65 @@ impl Registry {
     }
 }
 
+/// Checks what a dataset factory returned against the [`crate::data::Dataset`] contract, so
+/// that a plugin's mistake is a message instead of a panic in the trainer: both splits have
+/// `input.features()` values per sample and one label per sample below `classes`, and there
+/// are `classes` names.
+///
+/// # Errors
+/// [`Error::Data`] naming the dataset and the broken rule.
+pub fn check_dataset(ds: &crate::data::Dataset) -> Result<()> {
+    let f = ds.input.features();
+    let bad = |m: String| Err(Error::Data(format!("dataset `{}`: {m}", ds.name)));
+    if f == 0 || ds.classes == 0 || ds.classes > 256 {
+        return bad(format!(
+            "{} features and {} classes (each must be at least 1, classes at most 256)",
+            f, ds.classes
+        ));
+    }
+    if ds.class_names.len() != ds.classes {
+        return bad(format!(
+            "{} class names for {} classes",
+            ds.class_names.len(),
+            ds.classes
+        ));
+    }
+    for (what, split) in [("train", &ds.train), ("test", &ds.test)] {
+        if split.features != f || split.images.len() != split.labels.len() * f {
+            return bad(format!(
+                "the {what} split has {} values for {} samples of {} features ({})",
+                split.images.len(),
+                split.labels.len(),
+                split.features,
+                ds.input
+            ));
+        }
+        if let Some(l) = split.labels.iter().find(|&&l| usize::from(l) >= ds.classes) {
+            return bad(format!(
+                "the {what} split has label {l}, outside 0..{}",
+                ds.classes
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Serialises a parameter struct's defaults into a TOML table (for [`Registration::defaults`]).
 pub fn defaults_table<T: Serialize + Default>() -> toml::Table {
     toml::Table::try_from(T::default()).unwrap_or_default()
 }
 
-/// Registers a built-in strategy.
+/// A [`Registration`] value: a line of a `BUILTINS` list, or a plugin's
+/// [`Registrar::add`](crate::plugin::Registrar::add).
 ///
 /// ```ignore
-/// engram_core::register_strategy!(forgetting "naive", "train on each task as it comes", NaiveParams, build_naive);
-/// ```
-/// where `build_naive(&ParamSource, &BuildContext) -> Result<Box<dyn ForgettingStrategy>>` and
-/// `NaiveParams: Serialize + Default` gives the defaults shown by `engram list`.
-#[macro_export]
-macro_rules! register_strategy {
-    (forgetting $name:literal, $summary:literal, $params:ty, $build:path) => {
-        $crate::register_strategy!(@ Forgetting $name, $summary, $params, $build);
-    };
-    (memory $name:literal, $summary:literal, $params:ty, $build:path) => {
-        $crate::register_strategy!(@ Memory $name, $summary, $params, $build);
-    };
-    (scheduler $name:literal, $summary:literal, $params:ty, $build:path) => {
-        $crate::register_strategy!(@ Scheduler $name, $summary, $params, $build);
-    };
-    (@ $variant:ident $name:literal, $summary:literal, $params:ty, $build:path) => {
-        $crate::inventory::submit! {
-            $crate::registration!(@ $variant $name, $summary, $params, $build)
-        }
-    };
-}
-
-/// A [`Registration`] value, for a plugin's register function
-/// ([`Registrar::add`](crate::plugin::Registrar::add)); same arguments as
-/// [`register_strategy!`](crate::register_strategy).
-///
-/// ```ignore
+/// pub const NAIVE: Registration =
+///     engram_core::registration!(forgetting "naive", "train on each task as it comes", NaiveParams, build);
 /// r.add(engram_core::registration!(forgetting "si", "synaptic intelligence", SiParams, build_si));
+/// r.add(engram_core::registration!(model "resnet-mini", "a small residual CNN", ResParams, build));
 /// ```
+/// `$params: Serialize + Default` gives the defaults shown by `engram list`; `$build` is the
+/// kind's factory ([`Factory`]).
 #[macro_export]
 macro_rules! registration {
     (forgetting $name:literal, $summary:literal, $params:ty, $build:path) => {
@@ -442,6 +629,12 @@ macro_rules! registration {
     };
     (scheduler $name:literal, $summary:literal, $params:ty, $build:path) => {
         $crate::registration!(@ Scheduler $name, $summary, $params, $build)
+    };
+    (model $name:literal, $summary:literal, $params:ty, $build:path) => {
+        $crate::registration!(@ Model $name, $summary, $params, $build)
+    };
+    (dataset $name:literal, $summary:literal, $params:ty, $build:path) => {
+        $crate::registration!(@ Dataset $name, $summary, $params, $build)
     };
     (@ $variant:ident $name:literal, $summary:literal, $params:ty, $build:path) => {
         $crate::registry::Registration {

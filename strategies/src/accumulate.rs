@@ -142,7 +142,8 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
     Ok(Box::new(Accumulate::new(p.steps)))
 }
 
-engram_core::register_strategy!(memory "accumulate", "gradient accumulation: run a batch as micro-batches and sum their gradients", AccumulateParams, build);
+/// The registration of `accumulate`.
+pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "accumulate", "gradient accumulation: run a batch as micro-batches and sum their gradients", AccumulateParams, build);
 
 #[cfg(test)]
 mod tests {

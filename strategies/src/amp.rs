@@ -252,7 +252,8 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
     Ok(Box::new(Amp::new(p)))
 }
 
-engram_core::register_strategy!(memory "amp", "mixed precision (f16/bf16 compute, f32 master weights) with dynamic loss scaling", AmpParams, build);
+/// The registration of `amp`.
+pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "amp", "mixed precision (f16/bf16 compute, f32 master weights) with dynamic loss scaling", AmpParams, build);
 
 #[cfg(test)]
 mod tests {

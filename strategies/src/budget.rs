@@ -275,7 +275,8 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
     Ok(Box::new(Budget::new(bytes)))
 }
 
-engram_core::register_strategy!(memory "budget", "fit a step into a memory budget: choose the checkpoint interval and micro-batch size by probe steps", BudgetParams, build);
+/// The registration of `budget`.
+pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "budget", "fit a step into a memory budget: choose the checkpoint interval and micro-batch size by probe steps", BudgetParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -44,11 +44,13 @@ pub struct CheckpointParams {
     /// operations are recomputed in backward instead of kept) on the run's autodiff device.
     /// Default false.
     pub op_level: bool,
-    /// Blocks per segment. Default 0: by model kind — `cnn`: 2 (each conv block pools its
-    /// output to a quarter, so the first blocks' activations dominate and short segments keep
-    /// few of them alive; the seed's range 2–4), `vit`: 3 (equal-size encoder blocks: for the
-    /// default 4–8 blocks, 3 is about √depth, Chen et al.'s memory-optimal segment for
-    /// equal-cost blocks; the seed's range 3–6), otherwise about √blocks.
+    /// Blocks per segment. Default 0: the model's own default
+    /// ([`Model::segment_blocks`](engram_core::model::Model::segment_blocks)) — `cnn`: 2 (each
+    /// conv block pools its output to a quarter, so the first blocks' activations dominate and
+    /// short segments keep few of them alive; the seed's range 2–4), `vit`: 3 (equal-size
+    /// encoder blocks: for the default 4–8 blocks, 3 is about √depth, Chen et al.'s
+    /// memory-optimal segment for equal-cost blocks; the seed's range 3–6) — and about √blocks
+    /// for a model that sets none (the `mlp`).
     pub interval: usize,
 }
 
@@ -68,12 +70,26 @@ impl Checkpoint {
         }
     }
 
-    /// The segments of a model with `blocks` blocks, as ranges.
+    /// The segments of a model with `blocks` blocks, as ranges (interval 0: about √blocks).
     pub fn segments(&self, blocks: usize) -> Vec<std::ops::Range<usize>> {
-        let k = if self.interval == 0 {
-            ((blocks as f64).sqrt().round() as usize).max(1)
-        } else {
-            self.interval
+        self.segments_of(blocks, None)
+    }
+
+    /// The segments of `model`: interval 0 takes the model's default segment length
+    /// ([`Model::segment_blocks`]), then about √blocks.
+    pub fn segments_for(&self, model: &Model) -> Vec<std::ops::Range<usize>> {
+        self.segments_of(model.num_blocks(), model.segment_blocks())
+    }
+
+    fn segments_of(
+        &self,
+        blocks: usize,
+        model_default: Option<usize>,
+    ) -> Vec<std::ops::Range<usize>> {
+        let k = match (self.interval, model_default) {
+            (0, Some(k)) => k,
+            (0, None) => ((blocks as f64).sqrt().round() as usize).max(1),
+            (k, _) => k,
         };
         (0..blocks)
             .step_by(k)
@@ -181,30 +197,21 @@ impl MemoryStrategy for Checkpoint {
         self.op_level
     }
     fn step(&mut self, req: StepRequest<'_>, _next: Next<'_>) -> Result<StepOutcome> {
-        let segments = self.segments(req.model.num_blocks());
+        let segments = self.segments_for(req.model);
         checkpointed_step(req, &segments)
     }
 }
 
-fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>> {
+fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>> {
     let p: CheckpointParams = src.parse()?;
     Ok(Box::new(Checkpoint {
-        interval: default_interval(p.interval, &cx.model_kind),
+        interval: p.interval,
         op_level: p.op_level,
     }))
 }
 
-/// The segment length for `interval` (0: the default for `model_kind`, see
-/// [`CheckpointParams::interval`]).
-pub fn default_interval(interval: usize, model_kind: &str) -> usize {
-    match (interval, model_kind) {
-        (0, "cnn") => 2,
-        (0, "vit") => 3,
-        (k, _) => k,
-    }
-}
-
-engram_core::register_strategy!(memory "checkpoint", "hybrid (segment) gradient checkpointing: keep segment inputs, recompute in backward", CheckpointParams, build);
+/// The registration of `checkpoint`.
+pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "checkpoint", "hybrid (segment) gradient checkpointing: keep segment inputs, recompute in backward", CheckpointParams, build);
 
 #[cfg(test)]
 mod tests {
@@ -483,11 +490,29 @@ mod cnn_tests {
     }
 
     #[test]
-    fn default_intervals_follow_the_model_kind() {
-        assert_eq!(default_interval(0, "cnn"), 2);
-        assert_eq!(default_interval(0, "vit"), 3);
-        assert_eq!(default_interval(0, "mlp"), 0);
-        assert_eq!(default_interval(5, "cnn"), 5);
+    fn interval_zero_takes_the_models_default_segment() {
+        let d = Device::flex();
+        let mut r = engram_core::rng::stream(0, "init", 0, 0);
+        let cnn = engram_core::model::cnn::build_cnn(8, &[2, 2], 3, &mut r, &d);
+        let mlp = engram_core::model::mlp::build_mlp(
+            4,
+            &[3, 3, 3, 3, 3, 3, 3],
+            2,
+            engram_core::model::mlp::ActivationKind::Relu,
+            0.0,
+            &mut r,
+            &d,
+        );
+        assert_eq!(Checkpoint::new(0).segments_for(&cnn), vec![0..2, 2..3]);
+        assert_eq!(
+            Checkpoint::new(1).segments_for(&cnn),
+            vec![0..1, 1..2, 2..3]
+        );
+        // 8 blocks and no default of its own: round(√8) = 3.
+        assert_eq!(
+            Checkpoint::new(0).segments_for(&mlp),
+            vec![0..3, 3..6, 6..8]
+        );
     }
 }
 

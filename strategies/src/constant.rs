@@ -27,4 +27,5 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>> {
     Ok(Box::new(Constant))
 }
 
-engram_core::register_strategy!(scheduler "constant", "constant learning rate and strengths; evaluate every task after every task", ConstantParams, build);
+/// The registration of `constant`.
+pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(scheduler "constant", "constant learning rate and strengths; evaluate every task after every task", ConstantParams, build);

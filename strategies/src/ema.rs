@@ -167,7 +167,8 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
         })
 }
 
-engram_core::register_strategy!(forgetting "ema", "weight averaging: each task ends with an exponential moving average of its weights (evaluated, checkpointed, handed to the other strategies)", EmaParams, build);
+/// The registration of `ema`.
+pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "ema", "weight averaging: each task ends with an exponential moving average of its weights (evaluated, checkpointed, handed to the other strategies)", EmaParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -604,7 +604,8 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     Ok(Box::new(Ewc::new(p)?))
 }
 
-engram_core::register_strategy!(forgetting "ewc", "Elastic Weight Consolidation: diagonal-Fisher penalty towards past solutions (layered importance, dynamic λ)", EwcParams, build);
+/// The registration of `ewc`.
+pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "ewc", "Elastic Weight Consolidation: diagonal-Fisher penalty towards past solutions (layered importance, dynamic λ)", EwcParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -3,22 +3,11 @@
 //! engram's built-in strategies, one file each: the parameter struct (serde,
 //! `deny_unknown_fields`, documented defaults), the strategy, its registration and its tests.
 //!
-//! | name | kind | file |
-//! |---|---|---|
-//! | `naive` | forgetting | [`naive`] |
-//! | `ewc` | forgetting | [`ewc`] |
-//! | `replay` | forgetting | [`replay`] |
-//! | `ema` | forgetting | [`ema`] |
-//! | `standard` | memory | [`standard`] |
-//! | `checkpoint` | memory | [`checkpoint`] |
-//! | `accumulate` | memory | [`accumulate`] |
-//! | `amp` | memory | [`amp`] |
-//! | `budget` | memory | [`budget`] |
-//! | `constant` | scheduler | [`constant`] |
-//! | `lr`, `reg_warmup`, `replay_ratio`, `cadence`, `anomaly` | scheduler | [`schedules`] |
-//!
-//! A crate listed only as a dependency is not linked, and `inventory` registrations of an
-//! unlinked crate vanish; the `engram` facade calls [`link`] so that they are always present.
+//! [`BUILTINS`] lists them, one line each: the registry, `engram list` and the book's
+//! reference page are generated from it. Adding a strategy is a new file (parameters, strategy,
+//! `pub const REGISTRATION`, tests) plus its `mod` line and its line in [`BUILTINS`]; the test
+//! `extension_kinds_take_one_file_and_one_line` (tests/engram/registry.rs) holds every
+//! built-in to that.
 
 pub mod accumulate;
 pub mod amp;
@@ -33,23 +22,25 @@ pub mod replay;
 pub mod schedules;
 pub mod standard;
 
-/// Names of every built-in strategy of this crate (checked against the registry by a test).
-pub const BUILTIN_NAMES: &[&str] = &[
-    "naive",
-    "ewc",
-    "replay",
-    "ema",
-    "standard",
-    "checkpoint",
-    "accumulate",
-    "amp",
-    "budget",
-    "constant",
-    "lr",
-    "reg_warmup",
-    "replay_ratio",
-    "cadence",
-    "anomaly",
+use engram_core::registry::Registration;
+
+/// Every built-in strategy, in the order of the book's tables.
+pub const BUILTINS: &[Registration] = &[
+    naive::REGISTRATION,
+    ewc::REGISTRATION,
+    replay::REGISTRATION,
+    ema::REGISTRATION,
+    standard::REGISTRATION,
+    checkpoint::REGISTRATION,
+    accumulate::REGISTRATION,
+    amp::REGISTRATION,
+    budget::REGISTRATION,
+    constant::REGISTRATION,
+    schedules::LR,
+    schedules::REG_WARMUP,
+    schedules::REPLAY_RATIO,
+    schedules::CADENCE,
+    schedules::ANOMALY,
 ];
 
 /// Burn's RNG is process-global and every training step reseeds it per block: unit tests that
@@ -91,32 +82,19 @@ pub(crate) mod test_util {
     }
 }
 
-/// Forces this crate to be linked (its `inventory` registrations live in it).
-#[inline(never)]
-pub fn link() -> &'static [&'static str] {
-    BUILTIN_NAMES
-}
-
 #[cfg(test)]
 mod tests {
     use engram_core::registry::Registry;
 
     #[test]
-    fn registry_has_unique_builtins() {
-        let r = Registry::builtin();
-        for name in super::BUILTIN_NAMES {
-            assert!(
-                r.entries().iter().any(|e| e.registration.name == *name),
-                "built-in `{name}` is not registered"
-            );
-        }
-        let mut seen = std::collections::HashSet::new();
-        for reg in engram_core::inventory::iter::<engram_core::registry::Registration> {
-            assert!(
-                seen.insert((reg.factory.kind(), reg.name)),
-                "`{}` registered twice",
-                reg.name
-            );
-        }
+    fn builtins_have_unique_names_per_kind() {
+        // `with` panics on a name registered twice for one kind.
+        let r = Registry::builtin().with(super::BUILTINS);
+        assert_eq!(
+            r.entries().len(),
+            super::BUILTINS.len()
+                + engram_core::model::BUILTINS.len()
+                + engram_core::data::BUILTINS.len()
+        );
     }
 }

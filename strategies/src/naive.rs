@@ -27,7 +27,8 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     Ok(Box::new(Naive))
 }
 
-engram_core::register_strategy!(forgetting "naive", "fine-tune on each task with nothing against forgetting (the lower bound)", NaiveParams, build);
+/// The registration of `naive`.
+pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "naive", "fine-tune on each task with nothing against forgetting (the lower bound)", NaiveParams, build);
 
 #[cfg(test)]
 mod tests {

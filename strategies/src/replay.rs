@@ -1161,20 +1161,19 @@ fn defaults() -> toml::Table {
     t
 }
 
-engram_core::inventory::submit! {
-    Registration {
-        name: "replay",
-        summary: "experience replay: one shared memory, class-balanced loss, logit replay; herding, entropy allocation, stratified selection and priorities as options",
-        defaults,
-        factory: Factory::Forgetting(build),
-    }
-}
+/// The registration of `replay`.
+pub const REGISTRATION: Registration = Registration {
+    name: "replay",
+    summary: "experience replay: one shared memory, class-balanced loss, logit replay; herding, entropy allocation, stratified selection and priorities as options",
+    defaults,
+    factory: Factory::Forgetting(build),
+};
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use engram_core::config::DataConfig;
-    use engram_core::data::dataset::{DATASETS, Dataset, Split};
+    use engram_core::data::dataset::{Dataset, Split};
     use engram_core::data::stream::Stream;
     use engram_core::strategy::{Controls, Position};
     use std::sync::Arc;
@@ -1473,13 +1472,18 @@ mod tests {
                 std: 1.0,
             }
         };
-        let ds = Dataset {
-            spec: &DATASETS[0],
-            dir: "toy".into(),
-            train: split(30),
-            test: split(5),
-            image_hw: (2, 2),
-        };
+        let ds = Dataset::new(
+            "toy",
+            "toy".into(),
+            split(30),
+            split(5),
+            engram_core::model::InputShape::Image {
+                channels: 1,
+                height: 2,
+                width: 2,
+            },
+            10,
+        );
         let cfg: DataConfig = toml::from_str("dataset = \"fashion-mnist\"").unwrap();
         Stream::build(Arc::new(ds), &cfg, 0).unwrap()
     }

@@ -172,7 +172,8 @@ fn build_lr(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>>
     Ok(Box::new(Lr { p, current: None }))
 }
 
-engram_core::register_strategy!(scheduler "lr", "learning-rate schedule (constant, cosine, step, linear; warm-up; per task or per run)", LrParams, build_lr);
+/// The registration of `lr`.
+pub const LR: engram_core::registry::Registration = engram_core::registration!(scheduler "lr", "learning-rate schedule (constant, cosine, step, linear; warm-up; per task or per run)", LrParams, build_lr);
 
 /// `[[scheduler]] type = "reg_warmup"` keys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -246,7 +247,8 @@ fn build_reg(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>
     Ok(Box::new(RegWarmup { p }))
 }
 
-engram_core::register_strategy!(scheduler "reg_warmup", "strong regularisation for the first epochs of each new task, then decay to the base strength", RegWarmupParams, build_reg);
+/// The registration of `reg_warmup`.
+pub const REG_WARMUP: engram_core::registry::Registration = engram_core::registration!(scheduler "reg_warmup", "strong regularisation for the first epochs of each new task, then decay to the base strength", RegWarmupParams, build_reg);
 
 /// `[[scheduler]] type = "replay_ratio"` keys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -300,7 +302,8 @@ fn build_ratio(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Schedule
     Ok(Box::new(ReplayRatio { p }))
 }
 
-engram_core::register_strategy!(scheduler "replay_ratio", "replay ratio rising linearly from the second task to the last", ReplayRatioParams, build_ratio);
+/// The registration of `replay_ratio`.
+pub const REPLAY_RATIO: engram_core::registry::Registration = engram_core::registration!(scheduler "replay_ratio", "replay ratio rising linearly from the second task to the last", ReplayRatioParams, build_ratio);
 
 /// `[[scheduler]] type = "cadence"` keys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -339,7 +342,8 @@ fn build_cadence(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Schedu
     Ok(Box::new(Cadence { every: p.every }))
 }
 
-engram_core::register_strategy!(scheduler "cadence", "evaluate every task only every k tasks (the diagonal always)", CadenceParams, build_cadence);
+/// The registration of `cadence`.
+pub const CADENCE: engram_core::registry::Registration = engram_core::registration!(scheduler "cadence", "evaluate every task only every k tasks (the diagonal always)", CadenceParams, build_cadence);
 
 /// `[[scheduler]] type = "anomaly"` keys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -456,7 +460,8 @@ fn build_anomaly(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Schedu
     Ok(Box::new(Anomaly { p }))
 }
 
-engram_core::register_strategy!(scheduler "anomaly", "catch forgetting as it happens: roll back the task and retry it with stronger protection", AnomalyParams, build_anomaly);
+/// The registration of `anomaly`.
+pub const ANOMALY: engram_core::registry::Registration = engram_core::registration!(scheduler "anomaly", "catch forgetting as it happens: roll back the task and retry it with stronger protection", AnomalyParams, build_anomaly);
 
 #[cfg(test)]
 mod tests {

@@ -112,4 +112,5 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
     Ok(Box::new(Standard))
 }
 
-engram_core::register_strategy!(memory "standard", "plain forward and backward with a full autodiff graph", StandardParams, build);
+/// The registration of `standard`.
+pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "standard", "plain forward and backward with a full autodiff graph", StandardParams, build);

@@ -2,6 +2,7 @@
 //! no panic, and nothing written to the out dir.
 
 use crate::util::{run, small_config};
+use engram::core::registry::Kind;
 
 struct Case {
     name: &'static str,
@@ -42,7 +43,7 @@ fn cases() -> Vec<(String, String, &'static str)> {
         Case {
             name: "bad_dataset",
             text: "[data]\ndataset = \"no-such-dataset\"\n[model]\ntype = \"mlp\"\n",
-            expect: "known: fashion-mnist, mnist",
+            expect: "registered datasets: fashion-mnist, mnist",
         },
     ];
     let mut v: Vec<(String, String, &'static str)> = fixed
@@ -136,7 +137,7 @@ fn cases() -> Vec<(String, String, &'static str)> {
         let expect = match name {
             "bad_scenario" => "duplicate key",
             "scenario_value" => "unknown variant `online`",
-            "model_type" => "unknown model type `transformerr`",
+            "model_type" => "unknown model `transformerr`",
             "too_many_tasks" => "7 tasks × 2 classes",
             _ => expect,
         };
@@ -405,7 +406,11 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
         ("replay", "priority_alpha", "uniform drawing (p^0 = 1)"),
         ("replay", "priority_decay", "a priority is the last loss"),
         ("replay", "ratio", "no memory rows added"),
-        ("checkpoint", "interval", "the segment length by model kind"),
+        (
+            "checkpoint",
+            "interval",
+            "the model.s default segment length",
+        ),
         (
             "anomaly",
             "max_retries",
@@ -424,14 +429,26 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
         ("reg_warmup", "epochs", "no hold at full strength"),
         ("replay_ratio", "end", "no replay on the last task"),
         ("replay_ratio", "start", "no replay on the second task"),
+        ("mlp", "dropout", "no dropout"),
+        ("vit", "dropout", "no dropout"),
+        (
+            "vit",
+            "depth",
+            "no encoder block: patch embedding and head only",
+        ),
     ];
     let d = tempfile::tempdir().unwrap();
     let f = d.path().join("k.toml");
     let mut accepted = Vec::new();
     let mut tried = 0;
     for e in engram::registry().entries() {
-        let section = format!("[[{}]]", e.registration.factory.kind().list());
+        let kind = e.registration.factory.kind();
         let name = e.registration.name;
+        let head = match kind {
+            Kind::Model => format!("[model]\ntype = \"{name}\""),
+            Kind::Dataset => continue,
+            _ => format!("[model]\ntype = \"mlp\"\nhidden = [8]\n[[{kind}]]\ntype = \"{name}\""),
+        };
         for (key, default) in (e.registration.defaults)() {
             let values: &[&str] = match default {
                 toml::Value::Float(_) => &["nan", "inf", "-inf", "0.0", "-1.0"],
@@ -442,7 +459,7 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
                 std::fs::write(
                     &f,
                     format!(
-                        "[data]\ndataset = \"fashion-mnist\"\nsubsample = 100\n[model]\ntype = \"mlp\"\nhidden = [8]\n{section}\ntype = \"{name}\"\n{key} = {v}\n"
+                        "[data]\ndataset = \"fashion-mnist\"\nsubsample = 100\n{head}\n{key} = {v}\n"
                     ),
                 )
                 .unwrap();

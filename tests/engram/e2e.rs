@@ -236,8 +236,15 @@ fn list_shows_builtins_with_origin() {
         .iter()
         .map(|e| e["name"].as_str().unwrap())
         .collect();
-    for n in engram::strategies::BUILTIN_NAMES {
-        assert!(names.contains(n), "{n} missing from {names:?}");
+    let builtins = engram::strategies::BUILTINS
+        .iter()
+        .chain(engram::core::model::BUILTINS)
+        .chain(engram::core::data::BUILTINS);
+    for r in builtins {
+        assert!(names.contains(&r.name), "{} missing from {names:?}", r.name);
+    }
+    for n in ["mlp", "cnn", "vit", "fashion-mnist"] {
+        assert!(names.contains(&n), "{n} missing from {names:?}");
     }
     assert!(
         v.as_array()

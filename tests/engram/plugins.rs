@@ -109,7 +109,7 @@ fn penalty_in_plugin_backpropagates_like_the_host() {
     let cfg = LoadedConfig::load(&cfg, &[]).unwrap();
     let mut p = trainer::prepare(cfg, &engram::registry()).unwrap();
     let ad = p.device.clone().autodiff();
-    let model = trainer::build_model(&p.cfg, &p.stream, &ad);
+    let model = p.build_model(&ad).unwrap();
     // Known importance and anchor for every parameter.
     let mut state = StrategyState::default();
     let mut host_terms = Vec::new();

@@ -12,7 +12,8 @@ use super::idx::read_idx;
 use crate::error::{Error, IdxError, Result};
 use std::path::{Path, PathBuf};
 
-/// A dataset engram knows by name.
+/// An IDX dataset of the MNIST family: where to find and verify its files, and its
+/// statistics.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DatasetSpec {
     /// The name used in `[data] dataset` and as the directory name.
@@ -23,6 +24,8 @@ pub struct DatasetSpec {
     pub std: f32,
     /// Number of classes.
     pub classes: usize,
+    /// The classes' names, by label.
+    pub class_names: &'static [&'static str],
     /// Where to download the four files (`engram data fetch`).
     pub base_url: &'static str,
     /// SHA-256 of each file's *decompressed* IDX content, in [`FILES`] order, where pinned.
@@ -46,6 +49,18 @@ pub const DATASETS: &[DatasetSpec] = &[
         mean: 0.2860,
         std: 0.3530,
         classes: 10,
+        class_names: &[
+            "T-shirt/top",
+            "Trouser",
+            "Pullover",
+            "Dress",
+            "Coat",
+            "Sandal",
+            "Shirt",
+            "Sneaker",
+            "Bag",
+            "Ankle boot",
+        ],
         base_url: "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
         // Measured on Debian's dataset-fashion-mnist 0.0~git20200523 (from the upstream repo).
         sha256: Some([
@@ -60,13 +75,26 @@ pub const DATASETS: &[DatasetSpec] = &[
         mean: 0.1307,
         std: 0.3081,
         classes: 10,
+        class_names: &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"],
         base_url: "https://ossci-datasets.s3.amazonaws.com/mnist/",
         // Not pinned: no verified copy was available when this was written.
         sha256: None,
     },
 ];
 
-/// Looks a dataset up by name.
+/// The IDX datasets' keys: they take none beyond `[data]`'s own (`path`).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct IdxParams {}
+
+/// The factory of the IDX datasets of [`DATASETS`] ([`crate::data::BUILTINS`]): [`load`].
+///
+/// # Errors
+/// As [`load`].
+pub fn load_request(req: &super::DatasetRequest<'_>) -> Result<Dataset> {
+    load(req.name, req.path)
+}
+
+/// Looks an IDX dataset up by name.
 ///
 /// # Errors
 /// [`Error::Data`] naming the known datasets.
@@ -133,19 +161,46 @@ impl Split {
     }
 }
 
-/// A loaded dataset.
+/// A loaded dataset: two splits and what a model needs to know of them.
 #[derive(Clone, Debug)]
 pub struct Dataset {
-    /// Its spec.
-    pub spec: &'static DatasetSpec,
-    /// The directory the files came from.
+    /// Its registered name.
+    pub name: String,
+    /// Where the files came from (a directory or a file).
     pub dir: PathBuf,
     /// Training split (60,000 samples for the MNIST family).
     pub train: Split,
     /// Test split (10,000 samples).
     pub test: Split,
-    /// Image height and width in pixels.
-    pub image_hw: (usize, usize),
+    /// One sample's shape; `input.features()` equals each split's `features`.
+    pub input: crate::model::InputShape,
+    /// Number of classes; every label is below it.
+    pub classes: usize,
+    /// The classes' names, by label (`classes` of them).
+    pub class_names: Vec<String>,
+}
+
+impl Dataset {
+    /// A dataset of `classes` classes named by their labels (`"0"`, `"1"`, …) from two splits
+    /// of samples shaped `input` (for tests and plugins' factories).
+    pub fn new(
+        name: &str,
+        dir: PathBuf,
+        train: Split,
+        test: Split,
+        input: crate::model::InputShape,
+        classes: usize,
+    ) -> Self {
+        Self {
+            name: name.to_string(),
+            dir,
+            train,
+            test,
+            input,
+            classes,
+            class_names: (0..classes).map(|c| c.to_string()).collect(),
+        }
+    }
 }
 
 fn file_in(dir: &Path, stem: &str) -> Option<PathBuf> {
@@ -308,10 +363,16 @@ pub fn load(name: &str, configured: Option<&Path>) -> Result<Dataset> {
         )));
     }
     Ok(Dataset {
-        spec,
+        name: spec.name.to_string(),
         dir,
         train,
         test,
-        image_hw,
+        input: crate::model::InputShape::Image {
+            channels: 1,
+            height: image_hw.0,
+            width: image_hw.1,
+        },
+        classes: spec.classes,
+        class_names: spec.class_names.iter().map(|s| s.to_string()).collect(),
     })
 }

@@ -145,7 +145,7 @@ impl Stream {
     /// [`Error::Data`] for impossible settings (more classes per task than classes, a class
     /// order that is not a permutation, zero tasks).
     pub fn build(dataset: Arc<Dataset>, cfg: &DataConfig, seed: u64) -> Result<Self> {
-        let classes = dataset.spec.classes;
+        let classes = dataset.classes;
         let order = cfg
             .class_order
             .clone()
@@ -370,7 +370,7 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::dataset::{DATASETS, Dataset, Split};
+    use crate::data::dataset::{Dataset, Split};
 
     /// 10 classes × 6 train and 3 test samples each, 4 "pixels" = [label, index, 0, 1].
     fn toy() -> Arc<Dataset> {
@@ -390,13 +390,18 @@ mod tests {
                 std: 1.0 / 255.0,
             }
         };
-        Arc::new(Dataset {
-            spec: &DATASETS[0],
-            dir: "toy".into(),
-            train: split(6),
-            test: split(3),
-            image_hw: (2, 2),
-        })
+        Arc::new(Dataset::new(
+            "toy",
+            "toy".into(),
+            split(6),
+            split(3),
+            crate::model::InputShape::Image {
+                channels: 1,
+                height: 2,
+                width: 2,
+            },
+            10,
+        ))
     }
 
     fn cfg(text: &str) -> DataConfig {

@@ -111,7 +111,7 @@ impl Block for ConvBlock {
 /// Each block halves the side, rounding down as 2×2 max pooling does (27 → 13 → 6).
 ///
 /// # Panics
-/// When `side < 2^channels.len()` ([`crate::train::trainer::check_geometry`] refuses it first).
+/// When `side < 2^channels.len()` (the `cnn` factory, [`build`], refuses it first).
 pub fn build_cnn(
     side: usize,
     channels: &[usize],
@@ -141,11 +141,79 @@ pub fn build_cnn(
     blocks.push(DynBlock::new(HeadBlock {
         linear: init_linear(c_in * s * s, classes, rng, device),
     }));
-    // Burn's conv layers initialise lazily, and a lazy parameter is shared by every clone of the
-    // model until first use: a checkpointed step's graph-free clone (`no_grad`) would then
-    // initialise it without gradients for the real model too (measured: only the head got
-    // gradients). Reading every parameter initialises them now.
-    let model = Model::new(blocks, classes);
-    let _ = model.param_values();
-    model
+    // Burn's conv layers initialise lazily; `DynBlock::new` has drawn them (measured before it
+    // did: a checkpointed step's graph-free clone initialised them untracked, and only the head
+    // got gradients).
+    Model::new(blocks, classes).with_segment_blocks(2)
 }
+
+/// `[model] type = "cnn"`: its keys, with their defaults.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CnnParams {
+    /// Output channels of each conv block (3×3 conv, batch norm, ReLU, 2×2 max pool): 1 or 2
+    /// blocks of 1 to 1024 channels. Default `[16, 32]`.
+    pub channels: Vec<usize>,
+}
+
+impl Default for CnnParams {
+    fn default() -> Self {
+        Self {
+            channels: vec![16, 32],
+        }
+    }
+}
+
+/// The `cnn` factory: square single-channel images `[1, side, side]` with
+/// `side ≥ 2^channels.len()`.
+///
+/// # Errors
+/// Positioned [`crate::Error::Config`] for unknown keys, a bad `channels` list, images that
+/// are not square or have more than one channel, or a side too small for the blocks.
+pub fn build(
+    src: &crate::config::ParamSource,
+    cx: &super::ModelContext,
+    device: &Device,
+) -> crate::Result<Model> {
+    let p: CnnParams = src.parse()?;
+    if p.channels.is_empty()
+        || p.channels.len() > 2
+        || p.channels.iter().any(|&c| c == 0 || c > 1024)
+    {
+        return Err(src.key_error(
+            "channels",
+            "cnn: 1 or 2 conv blocks (each halves the image side, rounding down) of 1 to 1024 channels".into(),
+            Some("for example channels = [16, 32]".into()),
+        ));
+    }
+    let (channels, side) = cx.square_side(src, "cnn")?;
+    if channels != 1 {
+        return Err(src.key_error(
+            "type",
+            format!("cnn takes single-channel images; this data is {}", cx.input),
+            None,
+        ));
+    }
+    let blocks = p.channels.len() as u32;
+    if side < 1 << blocks {
+        return Err(src.key_error(
+            "channels",
+            format!(
+                "cnn: {blocks} conv blocks halve the side {blocks} times, and {side}×{side} images are too small for that (at least {0}×{0})",
+                1usize << blocks
+            ),
+            Some("use fewer channels entries".into()),
+        ));
+    }
+    cx.seed_device(device);
+    Ok(build_cnn(
+        side,
+        &p.channels,
+        cx.num_classes,
+        &mut cx.rng(),
+        device,
+    ))
+}
+
+/// The registration of `cnn`.
+pub const REGISTRATION: crate::registry::Registration = crate::registration!(model "cnn", "small convolutional network: conv blocks (3×3 conv, batch norm, ReLU, 2×2 max pool) and a linear head", CnnParams, build);

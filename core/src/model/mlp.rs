@@ -122,3 +122,74 @@ pub fn build_mlp(
     }));
     Model::new(blocks, classes)
 }
+
+/// `[model] type = "mlp"`: its keys, with their defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MlpParams {
+    /// Hidden widths, one [`DenseBlock`] each (1 to 65536 units, at most 1024 layers).
+    /// Default `[400, 400]`.
+    pub hidden: Vec<usize>,
+    /// `relu` (default), `gelu` or `tanh`.
+    pub activation: ActivationKind,
+    /// Dropout probability after each hidden activation, in `[0, 1)`. Default 0.
+    pub dropout: f64,
+}
+
+impl Default for MlpParams {
+    fn default() -> Self {
+        Self {
+            hidden: vec![400, 400],
+            activation: ActivationKind::Relu,
+            dropout: 0.0,
+        }
+    }
+}
+
+/// Checks that `dropout` (the key `key` of `src`) lies in `[0, 1)`.
+///
+/// # Errors
+/// A positioned [`crate::Error::Config`] at the key.
+pub fn check_dropout(src: &crate::config::ParamSource, dropout: f64) -> crate::Result<()> {
+    if (0.0..1.0).contains(&dropout) {
+        return Ok(());
+    }
+    Err(src.key_error(
+        "dropout",
+        format!("dropout {dropout} is outside [0, 1)"),
+        None,
+    ))
+}
+
+/// The `mlp` factory: any input, read as `[batch, features]`.
+///
+/// # Errors
+/// Positioned [`crate::Error::Config`] for unknown keys, widths outside 1..=65536 or more than
+/// 1024 layers, and dropout outside `[0, 1)`.
+pub fn build(
+    src: &crate::config::ParamSource,
+    cx: &super::ModelContext,
+    device: &Device,
+) -> crate::Result<Model> {
+    let p: MlpParams = src.parse()?;
+    if p.hidden.len() > 1024 || p.hidden.iter().any(|&h| h == 0 || h > 65536) {
+        return Err(src.key_error(
+            "hidden",
+            "hidden widths must be 1 to 65536, at most 1024 layers".into(),
+            None,
+        ));
+    }
+    check_dropout(src, p.dropout)?;
+    Ok(build_mlp(
+        cx.input.features(),
+        &p.hidden,
+        cx.num_classes,
+        p.activation,
+        p.dropout,
+        &mut cx.rng(),
+        device,
+    ))
+}
+
+/// The registration of `mlp`.
+pub const REGISTRATION: crate::registry::Registration = crate::registration!(model "mlp", "multilayer perceptron on flat features: dense blocks (linear, activation, dropout) and a linear head", MlpParams, build);

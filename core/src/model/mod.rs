@@ -15,11 +15,146 @@
 //! - **task-aware forward**: [`Model::forward`] takes a [`ForwardCtx`] with the task id;
 //! - **extension**: [`Model::push_block`], [`Model::replace_block`] add a head or an expert and
 //!   route the forward through it.
+//!
+//! # Models are registered components
+//!
+//! `[model] type = "…"` names a [`Registration`](crate::registry::Registration) of kind
+//! [`Kind::Model`](crate::registry::Kind::Model): a built-in of [`BUILTINS`] (one file each:
+//! [`mlp`], [`cnn`], [`vit`], holding the keys, their checks, the builder and the registration
+//! line) or a plugin's. Its factory ([`ModelFactory`](crate::registry::ModelFactory)) gets the
+//! `[model]` keys, the data's [`InputShape`] and class count ([`ModelContext`]) and returns a
+//! [`Model`]. A user's own Burn modules become blocks by implementing [`Block`] (a `forward`
+//! from [`Activation`] to [`Activation`] and a kind name; [`Activation::into_image`] gives a
+//! convolution its `[batch, c, h, w]`), a list of them becomes a model with [`Model::new`], and
+//! [`DynBlock::new`] handles Burn's lazy initialisation. The book's chapter "Your model" walks
+//! through it with `examples/own_model.rs`.
 
 pub mod bridge;
 pub mod cnn;
 pub mod mlp;
 pub mod vit;
+
+/// The built-in models, one line each (the registry, `engram list` and the reference page
+/// are generated from it).
+pub const BUILTINS: &[crate::registry::Registration] =
+    &[mlp::REGISTRATION, cnn::REGISTRATION, vit::REGISTRATION];
+
+/// The shape of one input sample, as the dataset gives it. Batches reach the model flattened,
+/// `[batch, features]`, in row-major order of these dimensions; image models reshape them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InputShape {
+    /// Images `[channels, height, width]` (1 channel for the IDX datasets).
+    Image {
+        /// Colour channels.
+        channels: usize,
+        /// Rows of pixels.
+        height: usize,
+        /// Columns of pixels.
+        width: usize,
+    },
+    /// A feature vector `[features]` (a table's row).
+    Features(usize),
+}
+
+impl InputShape {
+    /// Scalars per sample (`channels · height · width`, or the feature count).
+    pub fn features(&self) -> usize {
+        match *self {
+            InputShape::Image {
+                channels,
+                height,
+                width,
+            } => channels * height * width,
+            InputShape::Features(n) => n,
+        }
+    }
+
+    /// The dimensions, `[channels, height, width]` or `[features]`.
+    pub fn dims(&self) -> Vec<usize> {
+        match *self {
+            InputShape::Image {
+                channels,
+                height,
+                width,
+            } => vec![channels, height, width],
+            InputShape::Features(n) => vec![n],
+        }
+    }
+
+    /// `(channels, side)` for square images; `None` for features or non-square images.
+    pub fn square(&self) -> Option<(usize, usize)> {
+        match *self {
+            InputShape::Image {
+                channels,
+                height,
+                width,
+            } if height == width => Some((channels, height)),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for InputShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            InputShape::Image {
+                channels,
+                height,
+                width,
+            } => write!(
+                f,
+                "{height}×{width} images of {channels} channel{}",
+                if channels == 1 { "" } else { "s" }
+            ),
+            InputShape::Features(n) => write!(f, "vectors of {n} features"),
+        }
+    }
+}
+
+/// What a model factory knows when it builds the model.
+#[derive(Clone, Debug)]
+pub struct ModelContext {
+    /// One sample's shape, from the dataset.
+    pub input: InputShape,
+    /// Logit width: the number of classes of the stream.
+    pub num_classes: usize,
+    /// The run seed; initialise from [`ModelContext::rng`] (engram's stream) or from Burn's
+    /// device RNG, which [`ModelContext::seed_device`] seeds.
+    pub seed: u64,
+}
+
+impl ModelContext {
+    /// engram's random stream for initialisation, fixed by the run seed.
+    pub fn rng(&self) -> crate::rng::Rng {
+        crate::rng::stream(self.seed, "init", 0, 0)
+    }
+
+    /// Seeds Burn's RNG of `device` from the run seed, for layers that initialise from it
+    /// (Burn's own `Conv2dConfig::init`, `LinearConfig::init`, …).
+    pub fn seed_device(&self, device: &Device) {
+        device.seed(crate::rng::derive_seed(self.seed, "burn-init", 0, 0));
+    }
+
+    /// The side of square images, or a positioned error at `[model] type` saying what `model`
+    /// needs (for image models).
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] when the input is not square images.
+    pub fn square_side(
+        &self,
+        src: &crate::config::ParamSource,
+        model: &str,
+    ) -> crate::Result<(usize, usize)> {
+        self.input.square().ok_or_else(|| {
+            src.key_error(
+                "type",
+                format!("{model} needs square images; this data is {}", self.input),
+                Some("type = \"mlp\" reads any input as flat features".into()),
+            )
+        })
+    }
+}
 
 use crate::model::bridge::{DynMapper, DynVisitor, FromDynMapper, FromDynVisitor};
 use bridge::{ToDynMapper, ToDynVisitor};
@@ -47,6 +182,24 @@ impl Activation {
             Activation::Flat(t) => t,
             Activation::Seq(t) => t.flatten(1, 2),
             Activation::Image(t) => t.flatten(1, 3),
+        }
+    }
+
+    /// Images `[batch, channels, height, width]` of `shape` `[channels, height, width]`: a flat
+    /// activation `[batch, c·h·w]` (the trainer's input) is reshaped in row-major order, an
+    /// image is returned as it is.
+    ///
+    /// # Panics
+    /// On a token sequence, or when the sizes do not match (the model factory checks the data's
+    /// [`InputShape`] before training, so this is a bug in the block).
+    pub fn into_image(self, shape: [usize; 3]) -> Tensor<4> {
+        match self {
+            Activation::Image(t) => t,
+            Activation::Flat(t) => {
+                let [b, _] = t.dims();
+                t.reshape([b, shape[0], shape[1], shape[2]])
+            }
+            Activation::Seq(_) => panic!("a token sequence [batch, tokens, d] is not an image"),
         }
     }
 
@@ -233,8 +386,23 @@ impl<B: Block> ErasedBlock for B {
 pub struct DynBlock(Box<dyn ErasedBlock>);
 
 impl DynBlock {
-    /// Wraps a block.
+    /// Wraps a block, initialising its parameters now.
+    ///
+    /// Burn's layers (`LinearConfig::init`, `Conv2dConfig::init`) create parameters lazily, and
+    /// a lazy parameter is shared by every clone of the module until its first use: a clone
+    /// taken without gradients (a checkpointed step's graph-free pass, an evaluation copy) would
+    /// initialise it untracked for the real model too, and the Fisher pass or the optimiser
+    /// would then find no gradient for it ("Tensor::backward requires a tracked autodiff
+    /// tensor"). Reading every parameter here closes that trap for every block, built-in or
+    /// not.
     pub fn new<B: Block>(block: B) -> Self {
+        struct Touch;
+        impl ModuleVisitor for Touch {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                let _ = param.val();
+            }
+        }
+        block.visit(&mut Touch);
         Self(Box::new(block))
     }
 
@@ -306,15 +474,35 @@ pub struct Model {
     blocks: Vec<DynBlock>,
     /// Number of output classes (width of the logits).
     pub num_classes: usize,
+    /// Blocks per segment that segment checkpointing uses when its `interval` is left at 0.
+    segment_blocks: Option<usize>,
 }
 
 impl Model {
-    /// A model from its blocks; `num_classes` is the logit width of the last block.
+    /// A model from its blocks; `num_classes` is the logit width of the last block. Each
+    /// block's parameters are already initialised ([`DynBlock::new`]).
     pub fn new(blocks: Vec<DynBlock>, num_classes: usize) -> Self {
         Self {
             blocks,
             num_classes,
+            segment_blocks: None,
         }
+    }
+
+    /// The same model with a default segment length of `blocks` blocks for segment
+    /// checkpointing (`[[memory]] type = "checkpoint"` with `interval = 0`): the number of
+    /// consecutive blocks whose activations are cheap to recompute together (the CNN: 2, a
+    /// conv block and the next; the ViT: 3). Unset, segment checkpointing uses about √blocks
+    /// (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost", §4).
+    pub fn with_segment_blocks(mut self, blocks: usize) -> Self {
+        self.segment_blocks = Some(blocks.max(1));
+        self
+    }
+
+    /// The default segment length in blocks, when the model sets one
+    /// ([`Model::with_segment_blocks`]).
+    pub fn segment_blocks(&self) -> Option<usize> {
+        self.segment_blocks
     }
 
     /// Number of blocks.
@@ -551,30 +739,35 @@ impl Module for Model {
         Self {
             blocks: self.blocks.fork(device),
             num_classes: self.num_classes,
+            segment_blocks: self.segment_blocks,
         }
     }
     fn to_device(self, device: &Device) -> Self {
         Self {
             blocks: self.blocks.to_device(device),
             num_classes: self.num_classes,
+            segment_blocks: self.segment_blocks,
         }
     }
     fn train(self) -> Self {
         Self {
             blocks: self.blocks.train(),
             num_classes: self.num_classes,
+            segment_blocks: self.segment_blocks,
         }
     }
     fn valid(&self) -> Self {
         Self {
             blocks: self.blocks.valid(),
             num_classes: self.num_classes,
+            segment_blocks: self.segment_blocks,
         }
     }
     fn materialize(self) -> Self {
         Self {
             blocks: self.blocks.materialize(),
             num_classes: self.num_classes,
+            segment_blocks: self.segment_blocks,
         }
     }
     fn visit<V: ModuleVisitor>(&self, visitor: &mut V) {
@@ -589,6 +782,7 @@ impl Module for Model {
         Self {
             blocks,
             num_classes: self.num_classes,
+            segment_blocks: self.segment_blocks,
         }
     }
 }

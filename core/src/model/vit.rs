@@ -174,11 +174,113 @@ pub fn build_vit(shape: &VitShape, classes: usize, rng: &mut Rng, device: &Devic
         norm: LayerNormConfig::new(d).init(device),
         linear: init_linear(d, classes, rng, device),
     }));
-    let model = Model::new(blocks, classes);
-    // Draw every lazily initialised parameter now, under the caller's seed.
-    let _ = model.params();
-    model
+    // Every lazily initialised parameter is drawn by `DynBlock::new`, under the caller's seed.
+    Model::new(blocks, classes).with_segment_blocks(3)
 }
+
+/// `[model] type = "vit"`: its keys, with their defaults.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VitParams {
+    /// Model width (a multiple of `heads`, at most 4096). Default 64.
+    pub dim: usize,
+    /// Encoder blocks (at most 256). Default 4.
+    pub depth: usize,
+    /// Attention heads (must divide `dim`). Default 4.
+    pub heads: usize,
+    /// Patch side in pixels; must divide the image side. Default (unset): the divisor of the
+    /// side nearest a quarter of it, [`default_patch`] (7 for 28×28, 9 for 27×27, 8 for
+    /// 32×32).
+    pub patch: Option<usize>,
+    /// Dropout probability in `[0, 1)` (attention weights and residual branches). Default 0.
+    pub dropout: f64,
+}
+
+impl Default for VitParams {
+    fn default() -> Self {
+        Self {
+            dim: 64,
+            depth: 4,
+            heads: 4,
+            patch: None,
+            dropout: 0.0,
+        }
+    }
+}
+
+/// The `vit` factory: square single-channel images `[1, side, side]`.
+///
+/// # Errors
+/// Positioned [`crate::Error::Config`] for unknown keys, `dim` not a multiple of `heads`, a
+/// `patch` of 0 or one that does not divide the side (the hint lists the divisors), images that
+/// are not square or have more than one channel, and dropout outside `[0, 1)`.
+pub fn build(
+    src: &crate::config::ParamSource,
+    cx: &super::ModelContext,
+    device: &Device,
+) -> crate::Result<Model> {
+    let p: VitParams = src.parse()?;
+    if p.dim == 0 || p.heads == 0 || !p.dim.is_multiple_of(p.heads) || p.depth > 256 || p.dim > 4096
+    {
+        return Err(src.key_error(
+            "dim",
+            format!(
+                "vit: dim {} must be a positive multiple of heads {} (at most 4096), depth ≤ 256",
+                p.dim, p.heads
+            ),
+            None,
+        ));
+    }
+    super::mlp::check_dropout(src, p.dropout)?;
+    let (channels, side) = cx.square_side(src, "vit")?;
+    if channels != 1 {
+        return Err(src.key_error(
+            "type",
+            format!(
+                "vit embeds single-channel patches; this data is {}",
+                cx.input
+            ),
+            None,
+        ));
+    }
+    let patch = match p.patch {
+        None => default_patch(side),
+        Some(q) if q > 0 && q <= side && side.is_multiple_of(q) => q,
+        Some(q) => {
+            let divisors: Vec<String> = (1..=side)
+                .filter(|d| side.is_multiple_of(*d))
+                .map(|d| d.to_string())
+                .collect();
+            return Err(src.key_error(
+                "patch",
+                format!("vit: patch {q} does not divide the image side {side}"),
+                Some(format!(
+                    "use one of {}, or leave patch out to get {}",
+                    divisors.join(", "),
+                    default_patch(side)
+                )),
+            ));
+        }
+    };
+    cx.seed_device(device);
+    Ok(build_vit(
+        &VitShape {
+            side,
+            patch,
+            dim: p.dim,
+            depth: p.depth,
+            heads: p.heads,
+            mlp_ratio: 2,
+            dropout: p.dropout,
+        },
+        cx.num_classes,
+        &mut cx.rng(),
+        device,
+    ))
+}
+
+/// The registration of `vit`.
+pub const REGISTRATION: crate::registry::Registration = crate::registration!(model "vit", "vision transformer: patch embedding, pre-norm encoder blocks (multi-head attention and MLP), token-mean head", VitParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -8,11 +8,10 @@ use super::report::{
     steps_csv,
 };
 use crate::config::{LoadedConfig, OptimizerKind, Scenario};
-use crate::data::dataset;
 use crate::data::stream::{Batch, Part, SampleRef, Stream};
 use crate::error::{Error, Result};
 use crate::fsutil::write_atomic;
-use crate::model::{Activation, ForwardCtx, Model, mlp};
+use crate::model::{Activation, ForwardCtx, Model};
 use crate::registry::{BuildContext, Registry};
 use crate::rng;
 use crate::strategy::{
@@ -56,6 +55,8 @@ pub struct Prepared {
     pub setup_s: f64,
     /// The plugins loaded for this run (recorded in `run.json` and reloaded by [`resume`]).
     pub plugins: Vec<crate::plugin::PluginInfo>,
+    /// The registry the run was prepared with (its model factory builds [`Prepared::build_model`]).
+    pub registry: Registry,
 }
 
 /// Resolves a path from the config against `base_dir` ([`LoadedConfig::base_dir`]); an
@@ -84,34 +85,27 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     let registry = &registry;
     let device = crate::device::select(&c.run.device)
         .map_err(|e| cfg.error_at("run", "device", e.to_string(), None))?;
-    // Strategies are decoded before the data is read, so that a config error is reported
-    // without waiting for the dataset.
-    let spec = dataset::spec(&c.data.dataset)
-        .map_err(|e| cfg.error_at("data", "dataset", e.to_string(), None))?;
-    let bcx_pre = BuildContext {
-        num_tasks: c.data.tasks.unwrap_or(5),
-        num_classes: spec.classes,
-        batch_size: c.train.batch_size,
-        seed: c.run.seed,
-        model_kind: c.model.kind.clone(),
-    };
-    registry.build_forgetting(&cfg, &bcx_pre)?;
-    registry.build_memory(&cfg, &bcx_pre)?;
-    registry.build_schedulers(&cfg, &bcx_pre)?;
+    // Names are looked up before the data is read, so that a misspelt name says so at once.
+    registry.check_names(&cfg)?;
     let data_path = c.data.path.as_ref().map(|p| relative_to(&cfg.base_dir, p));
-    let ds = dataset::load(&c.data.dataset, data_path.as_deref())?;
+    let ds = registry.load_dataset(&cfg, data_path.as_deref())?;
     let stream = Stream::build(Arc::new(ds), &c.data, c.run.seed)
         .map_err(|e| cfg.error_at("data", "tasks", e.to_string(), None))?;
-    check_geometry(&cfg, stream.dataset.image_hw)?;
+    // The model's factory checks its keys against the data's geometry now, before anything is
+    // written (the model itself is built again, on the run's device, by `build_model`).
+    drop(registry.build_model(&cfg, &model_context(&cfg, &stream), &device)?);
     let bcx = BuildContext {
         num_tasks: stream.len(),
-        ..bcx_pre
+        num_classes: stream.num_classes,
+        batch_size: c.train.batch_size,
+        seed: c.run.seed,
     };
     let forgetting = registry.build_forgetting(&cfg, &bcx)?;
     let memory = registry.build_memory(&cfg, &bcx)?;
     let schedulers = registry.build_schedulers(&cfg, &bcx)?;
     Ok(Prepared {
         plugins: registry.plugins().to_vec(),
+        registry: registry.clone(),
         cfg,
         device,
         stream,
@@ -122,107 +116,27 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     })
 }
 
-/// Checks that the configured model fits images of `(height, width)` pixels, before anything
-/// is built: `cnn` and `vit` need square images; each conv block of `cnn` halves the side
-/// (rounding down), so the side must be at least `2^blocks`; an explicit ViT `patch` must
-/// divide the side. The `mlp` reads any shape as a flat vector.
-///
-/// # Errors
-/// [`Error::Config`] at `[model] type`, `channels` or `patch`, with the image size.
-pub fn check_geometry(cfg: &LoadedConfig, hw: (usize, usize)) -> Result<()> {
-    let m = &cfg.config.model;
-    let (h, w) = hw;
-    if (m.kind == "cnn" || m.kind == "vit") && h != w {
-        return Err(cfg.error_at(
-            "model",
-            "type",
-            format!(
-                "{} needs square images; this data's are {h}×{w} pixels",
-                m.kind
-            ),
-            Some("type = \"mlp\" reads images of any shape as flat features".into()),
-        ));
+/// What the model factory is told about the run: the data's input shape, the stream's class
+/// count and the run seed.
+pub fn model_context(cfg: &LoadedConfig, stream: &Stream) -> crate::model::ModelContext {
+    crate::model::ModelContext {
+        input: stream.dataset.input,
+        num_classes: stream.num_classes,
+        seed: cfg.config.run.seed,
     }
-    if m.kind == "cnn" {
-        let blocks = m.channels.len() as u32;
-        if h < 1 << blocks {
-            return Err(cfg.error_at(
-                "model",
-                "channels",
-                format!(
-                    "cnn: {blocks} conv blocks halve the side {blocks} times, and {h}×{w} images are too small for that (at least {0}×{0})",
-                    1usize << blocks
-                ),
-                Some("use fewer channels entries".into()),
-            ));
-        }
-    }
-    if m.kind == "vit"
-        && let Some(p) = m.patch
-        && (p > h || !h.is_multiple_of(p))
-    {
-        let divisors: Vec<String> = (1..=h)
-            .filter(|d| h.is_multiple_of(*d))
-            .map(|d| d.to_string())
-            .collect();
-        return Err(cfg.error_at(
-            "model",
-            "patch",
-            format!("vit: patch {p} does not divide the image side {h}"),
-            Some(format!(
-                "use one of {}, or leave patch out to get {}",
-                divisors.join(", "),
-                crate::model::vit::default_patch(h)
-            )),
-        ));
-    }
-    Ok(())
 }
 
-/// Builds the configured model on `device`, initialised from the run seed.
-pub fn build_model(cfg: &LoadedConfig, stream: &Stream, device: &Device) -> Model {
-    let c = &cfg.config;
-    let mut r = rng::stream(c.run.seed, "init", 0, 0);
-    if c.model.kind == "cnn" {
-        device.seed(rng::derive_seed(c.run.seed, "burn-init", 0, 0));
-        return crate::model::cnn::build_cnn(
-            stream.dataset.image_hw.0,
-            &c.model.channels,
-            stream.num_classes,
-            &mut r,
-            device,
-        );
+impl Prepared {
+    /// Builds the configured model on `device`, initialised from the run seed (the same
+    /// weights every time).
+    ///
+    /// # Errors
+    /// The model factory's errors (checked once by [`prepare`], so a second call fails only
+    /// if a plugin's factory does).
+    pub fn build_model(&self, device: &Device) -> Result<Model> {
+        self.registry
+            .build_model(&self.cfg, &model_context(&self.cfg, &self.stream), device)
     }
-    if c.model.kind == "vit" {
-        device.seed(rng::derive_seed(c.run.seed, "burn-init", 0, 0));
-        let hw = stream.dataset.image_hw;
-        return crate::model::vit::build_vit(
-            &crate::model::vit::VitShape {
-                side: hw.0,
-                patch: c
-                    .model
-                    .patch
-                    .unwrap_or_else(|| crate::model::vit::default_patch(hw.0)),
-                dim: c.model.dim,
-                depth: c.model.depth,
-                heads: c.model.heads,
-                mlp_ratio: 2,
-                dropout: c.model.dropout,
-            },
-            stream.num_classes,
-            &mut r,
-            device,
-        );
-    }
-    mlp::build_mlp(
-        stream.dataset.train.features,
-        &c.model.hidden,
-        stream.num_classes,
-        c.model.activation,
-        c.model.dropout,
-        &mut r,
-        device,
-    )
 }
 
 /// The configured optimiser (burn-optim).
@@ -579,7 +493,7 @@ fn usable_checkpoint(p: &mut Prepared, out: &Path) -> Result<Option<(PathBuf, Ch
         let tried = checkpoint::load_dir(&dir).and_then(|ck| {
             check_belongs(p, &ck, &dir)?;
             // Decoding is tried on a throw-away model: the run restores it again for real.
-            let model = build_model(&p.cfg, &p.stream, &p.device);
+            let model = p.build_model(&p.device)?;
             restore_model(
                 &mut p.forgetting,
                 model,
@@ -740,7 +654,7 @@ fn run_inner(
         ad
     };
     ad.seed(rng::derive_seed(seed, "burn-init", 0, 0));
-    let model = build_model(&p.cfg, &p.stream, &ad);
+    let model = p.build_model(&ad)?;
     let optim = build_optimizer(&p.cfg);
     let (model, optim, mut pr) = match resume {
         Some((path, ck)) => restore(
@@ -1203,7 +1117,7 @@ fn train_loop(
                             adjust.0, adjust.1, adjust.2
                         ),
                     });
-                    let model0 = build_model(&p.cfg, stream, &ad);
+                    let model0 = p.build_model(&ad)?;
                     let optim0 = build_optimizer(&p.cfg);
                     let (m, o, mut restored) = restore(
                         Strategies {
@@ -1425,7 +1339,7 @@ pub fn load_checkpoint_model(
             message: "no checkpoint here".into(),
         })?,
     };
-    let model = build_model(&p.cfg, &p.stream, &p.device);
+    let model = p.build_model(&p.device)?;
     let model = restore_model(
         &mut p.forgetting,
         model,

@@ -224,8 +224,7 @@ impl ForgettingStrategy for MoeExperts {
     /// freezes the earlier ones, and stores `router_samples` of the task for the router.
     fn before_task(&mut self, cx: &mut TaskContext<'_>) -> Result<()> {
         let t = cx.task.index;
-        let (h, w) = cx.stream.dataset.image_hw;
-        self.d_in = h * w;
+        self.d_in = cx.stream.dataset.input.features();
         let device = cx.device.clone();
         if self.experts == 0 {
             self.experts = 1;
