@@ -619,6 +619,7 @@ impl Model {
     /// frozen) but parameters still tracked: for passes that need gradients in evaluation mode,
     /// such as Fisher information.
     pub fn eval_mode(&self) -> Model {
+        self.sync_running_state();
         struct FlagsOff;
         impl ModuleMapper for FlagsOff {
             fn map_flag(&mut self, flag: Param<burn::module::Flag>) -> Param<burn::module::Flag> {
@@ -626,6 +627,21 @@ impl Model {
             }
         }
         self.clone().map(&mut FlagsOff)
+    }
+
+    /// Folds every pending update of Burn's running statistics (batch norm's running mean and
+    /// variance, `RunningState`) into the value that records, `eval_mode` copies and
+    /// `RunningState::value` read.
+    ///
+    /// `RunningState::update` only queues the new value (per thread) until the next update or
+    /// a sync; a checkpoint written in between would save the statistics one step old, and the
+    /// resumed run would drift from the uninterrupted one (measured before this existed: the
+    /// CNN with EWC resumed to a task-1 loss of 0.21250 instead of 0.21296). The trainer calls
+    /// this before each checkpoint; [`Model::eval_mode`] calls it itself.
+    pub fn sync_running_state(&self) {
+        // `Module::valid` syncs each `RunningState` (they are shared with this model's
+        // clones); the copy is dropped.
+        drop(self.valid());
     }
 
     /// The model as a mixed-precision step computes with it: every float parameter cast to

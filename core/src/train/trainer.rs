@@ -391,6 +391,7 @@ fn snapshot(
     progress: &Progress,
 ) -> Result<Checkpoint> {
     let rec = |e: burn::store::RecordError| Error::Other(format!("checkpoint: {e}"));
+    model.sync_running_state();
     Ok(Checkpoint {
         model: model
             .clone()
