@@ -507,3 +507,91 @@ fn moe_plugin_grows_an_expert_per_task_and_resumes_exactly() {
     }
     assert_eq!(a, b);
 }
+
+/// The model plugin `plugins/resnet-mini`: a run with EWC + replay + segment checkpointing names
+/// it in report.json, is killed and resumed to the same report, and `eval`/`export` work on it;
+/// its own keys get positioned errors.
+#[test]
+fn a_plugin_model_trains_resumes_evaluates_and_exports() {
+    let lib = plugin_lib("resnet_mini");
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(
+        d.path(),
+        "res.toml",
+        "epochs = 4\ncheckpoint_every = 3\n[[forgetting]]\ntype = \"ewc\"\nfisher_samples = 50\n\
+         [[forgetting]]\ntype = \"replay\"\ncapacity = 40\n[[memory]]\ntype = \"checkpoint\"\n",
+    );
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace(
+            "[model]\ntype = \"mlp\"\nhidden = [64]",
+            "[model]\ntype = \"resnet-mini\"\nwidths = [4, 8]\nbn_momentum = 0.5",
+        )
+        .replace(
+            "subsample = 1000\ntest_subsample = 400",
+            "subsample = 400\ntest_subsample = 200",
+        );
+    std::fs::write(
+        &cfg,
+        format!("plugins = [{:?}]\n{text}", lib.display().to_string()),
+    )
+    .unwrap();
+    let report = |dir: &Path| -> serde_json::Value {
+        let mut r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+        for k in ["timings", "throughput", "memory"] {
+            r.as_object_mut().unwrap().remove(k);
+        }
+        r
+    };
+    let full = d.path().join("full");
+    let (code, msg) = run_quiet(&cfg, &full, &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let r = report(&full);
+    assert_eq!(r["config"]["model"]["type"], "resnet-mini");
+    assert_eq!(r["config"]["model"]["widths"], serde_json::json!([4, 8]));
+    // The first task is learned (2 classes: chance is 0.5): 4 epochs of 7 steps, and running
+    // statistics that keep up with them (`bn_momentum`, see the plugin's docs).
+    let first = r["accuracy_matrix"][0][0].as_f64().unwrap();
+    assert!(first > 0.6, "task 0 right after training: {first}");
+
+    let cut = d.path().join("cut");
+    let (code, msg) = run_quiet(&cfg, &cut, &[], &[("ENGRAM_FAILPOINT", "step-5")]);
+    assert_ne!(code, 0, "{msg}");
+    let (code, msg) = run(&["resume", cut.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(report(&full), report(&cut));
+
+    let (code, msg) = run(&["eval", full.to_str().unwrap()]);
+    assert_eq!(code, 0, "{msg}");
+    let st = d.path().join("res.safetensors");
+    let (code, msg) = run(&[
+        "export",
+        full.to_str().unwrap(),
+        "--safetensors",
+        st.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(std::fs::metadata(&st).unwrap().len() > 4 * 100);
+
+    // Its own keys: a typo and a bad value are positioned errors, before anything is written.
+    for (bad, want) in [
+        ("widths = [4, 8]\nwidht = 3", "unknown field `widht`"),
+        ("widths = [0]", "1 to 4 stages"),
+        ("bn_momentum = 0.0", "outside (0, 1]"),
+    ] {
+        let f = d.path().join("bad.toml");
+        std::fs::write(
+            &f,
+            std::fs::read_to_string(&cfg)
+                .unwrap()
+                .replace("widths = [4, 8]\nbn_momentum = 0.5", bad),
+        )
+        .unwrap();
+        let out = d.path().join("bad-out");
+        let (code, msg) = run_quiet(&f, &out, &[], &[]);
+        assert_eq!(code, 2, "{msg}");
+        assert!(msg.contains(want) && msg.contains("bad.toml:"), "{msg}");
+        assert!(!out.exists());
+    }
+}
