@@ -950,16 +950,7 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
             .map(|p| p.plugins.clone())
             .unwrap_or_default();
         for (cfg, dir) in configs.iter().zip(&dirs) {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-            engram::core::fsutil::write_atomic(&dir.join("config.toml"), cfg.source.as_bytes())?;
-            let origin = std::path::absolute(&cfg.file).unwrap_or_else(|_| cfg.file.clone());
-            let run = serde_json::json!({
-                "config": origin,
-                "config_sha256": engram::core::fsutil::sha256_hex(cfg.source.as_bytes()),
-                "engram": env!("CARGO_PKG_VERSION"),
-                "plugins": plugins,
-            });
-            engram::core::fsutil::write_atomic(&dir.join("run.json"), run.to_string().as_bytes())?;
+            engram::core::train::manifest::RunManifest::write(dir, cfg, &plugins)?;
         }
     }
     let progress = !cli.quiet && std::io::stderr().is_terminal();

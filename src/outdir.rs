@@ -55,12 +55,7 @@ fn internal(name: &str) -> bool {
 /// Whether `dir/run.json` is an engram run manifest (a JSON object naming the engram version
 /// and the config it came from), not merely a file of that name.
 fn is_manifest(dir: &Path) -> bool {
-    std::fs::read(dir.join("run.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|v| {
-            v.get("engram").is_some_and(|e| e.is_string()) && v.get("config").is_some()
-        })
+    engram_core::train::manifest::RunManifest::read(dir).is_some()
 }
 
 /// An exclusive `flock(2)` on a lock file, held by the process that writes: released when that
@@ -456,7 +451,7 @@ mod tests {
         assert!(matches!(holds(p), Holds::Foreign(_)));
         std::fs::write(
             p.join("run.json"),
-            r#"{"engram":"0.1.0","config":"/x.toml"}"#,
+            r#"{"engram":"0.1.0","config":"/x.toml","config_sha256":"ab"}"#,
         )
         .unwrap();
         std::fs::write(p.join(".engram-tmp-abc"), "").unwrap();

@@ -890,6 +890,11 @@ impl<T: Scheduler + ?Sized> Scheduler for Guarded<T> {
             self.inner.after_evaluation(round, matrix)
         })
     }
+    fn may_roll_back(&self) -> bool {
+        guard_or_fault(&self.lib, &self.name, "may_roll_back", || {
+            self.inner.may_roll_back()
+        })
+    }
     fn state(&self) -> crate::Result<StrategyState> {
         guard(&self.lib, &self.name, "state", || self.inner.state())?
     }
@@ -975,5 +980,41 @@ mod tests {
             load(&dir.path().join("absent.so")),
             Err(PluginError::Missing { .. })
         ));
+    }
+}
+
+#[cfg(test)]
+mod forwarding_tests {
+    /// The `fn` names of the block that starts at `header` in `src` (up to the first line that
+    /// is a lone `}`).
+    fn methods(src: &str, header: &str) -> std::collections::BTreeSet<String> {
+        let start = src.find(header).unwrap_or_else(|| panic!("no `{header}`"));
+        let body = &src[start..];
+        let end = body.find("\n}\n").expect("the block ends");
+        body[..end]
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim_start();
+                let rest = l.strip_prefix("fn ")?;
+                Some(rest.split(['(', '<']).next()?.to_string())
+            })
+            .collect()
+    }
+
+    /// `Guarded` forwards every method of the three traits: a method it lacks would silently
+    /// run the trait's default for a plugin's strategy instead of the plugin's own.
+    #[test]
+    fn guarded_forwards_every_trait_method() {
+        let traits = include_str!("strategy/mod.rs");
+        let guard = include_str!("plugin.rs");
+        for t in ["ForgettingStrategy", "MemoryStrategy", "Scheduler"] {
+            let want = methods(traits, &format!("pub trait {t}: Send"));
+            let have = methods(
+                guard,
+                &format!("impl<T: {t} + ?Sized> {t} for Guarded<T> {{"),
+            );
+            assert!(want.len() >= 6, "{t}: {want:?}");
+            assert_eq!(want, have, "{t}: the trait's methods vs Guarded's");
+        }
     }
 }

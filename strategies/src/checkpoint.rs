@@ -29,7 +29,7 @@ use engram_core::burn::module::{Module, ParamId};
 use engram_core::burn::optim::GradientsParams;
 use engram_core::burn::tensor::{DType, Tensor};
 use engram_core::config::ParamSource;
-use engram_core::model::{Activation, ForwardCtx, Model, unflatten_grads};
+use engram_core::model::{Activation, Model, unflatten_grads};
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{MemoryLayer, MemoryStrategy, Next, StepOutcome, StepRequest};
 use engram_core::{Error, Result};
@@ -117,11 +117,7 @@ pub fn checkpointed_step(
     segments: &[std::ops::Range<usize>],
 ) -> Result<StepOutcome> {
     let model = req.model;
-    let ctx = ForwardCtx {
-        task: req.batch.refs.first().map(|r| r.task as usize),
-        replay: false,
-        evaluation: false,
-    };
+    let ctx = req.batch.forward_ctx();
     // Pass 1: no graph, keep each segment's input.
     let dt = req.compute_dtype;
     // Every graph gets its own compute view (mixed precision): a view's casts are consumed by
@@ -161,10 +157,7 @@ pub fn checkpointed_step(
         })?;
         let xin = inputs.pop().expect("one input per segment").require_grad();
         // A replay of pass 1: same dropout masks (reseeded), no second batch-norm update.
-        let replay_ctx = ForwardCtx {
-            replay: true,
-            ..ctx.clone()
-        };
+        let replay_ctx = ctx.replayed();
         let y = model.compute_view(dt).forward_range_seeded(
             segments[s].clone(),
             xin.clone(),
@@ -491,6 +484,8 @@ mod cnn_tests {
 
     #[test]
     fn interval_zero_takes_the_models_default_segment() {
+        // Building the CNN draws from Burn's process-global RNG.
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let d = Device::flex();
         let mut r = engram_core::rng::stream(0, "init", 0, 0);
         let cnn = engram_core::model::cnn::build_cnn(8, &[2, 2], 3, &mut r, &d);

@@ -59,7 +59,7 @@
 use engram_core::burn::tensor::{Device, Tensor, activation};
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, SampleRef};
-use engram_core::model::{Activation, ForwardCtx, Model, ParamInfo};
+use engram_core::model::{Activation, Model, ParamInfo};
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{
     BatchContext, ForgettingStrategy, StateTensor, StepContext, StrategyState, TaskContext,
@@ -295,11 +295,7 @@ impl Ewc {
         gather: &dyn Fn(&[SampleRef]) -> Batch,
     ) -> Vec<(ParamInfo, Tensor<1>)> {
         let model = model.eval_mode();
-        let ctx = |b: &Batch| ForwardCtx {
-            task: b.refs.first().map(|r| r.task as usize),
-            replay: false,
-            evaluation: false,
-        };
+        let ctx = |b: &Batch| b.forward_ctx();
         let mut acc: Vec<(ParamInfo, Tensor<1>)> = Vec::new();
         let mut add = |grads: Vec<(ParamInfo, Tensor<1>)>, weight: Option<f32>| {
             for (k, (info, g)) in grads.into_iter().enumerate() {
@@ -613,6 +609,7 @@ mod tests {
     use engram_core::burn::module::Module;
     use engram_core::burn::tensor::{Int, TensorData};
     use engram_core::data::stream::Part;
+    use engram_core::model::ForwardCtx;
     use engram_core::model::mlp::{ActivationKind, build_mlp};
 
     fn device() -> Device {

@@ -157,11 +157,7 @@ mod tests {
             means: class_means(&[1.0, 0.0, 0.0, 1.0], 2, &[0, 2], 3),
         };
         let x = Tensor::<2>::from_data(TensorData::new(vec![0.9f32, 0.1, 0.2, 5.0], [2, 2]), &d);
-        let eval = ForwardCtx {
-            task: None,
-            replay: false,
-            evaluation: true,
-        };
+        let eval = ForwardCtx::evaluation(None);
         let pred: Vec<i64> = Block::forward(&head, Activation::Flat(x.clone()), &eval)
             .into_flat()
             .argmax(1)

@@ -737,12 +737,9 @@ impl ForgettingStrategy for Replay {
         let valid = cx.model.valid();
         let inner = cx.device.clone().inner();
         let classes = cx.stream.num_classes;
-        let ctx = ForwardCtx {
-            task: (cx.stream.scenario == engram_core::config::Scenario::TaskIncremental)
-                .then_some(t),
-            replay: false,
-            evaluation: false,
-        };
+        let ctx = ForwardCtx::training(
+            (cx.stream.scenario == engram_core::config::Scenario::TaskIncremental).then_some(t),
+        );
         let mut slots = Vec::with_capacity(refs.len());
         let mut entropy_sum = 0.0f64;
         for chunk in refs.chunks(500) {

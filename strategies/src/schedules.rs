@@ -407,6 +407,10 @@ impl Scheduler for Anomaly {
         "anomaly"
     }
 
+    fn may_roll_back(&self) -> bool {
+        true
+    }
+
     fn after_evaluation(&mut self, task: usize, matrix: &[Vec<Option<f64>>]) -> AnomalyAction {
         match self.worst_drop(task, matrix) {
             Some((j, best, now)) => AnomalyAction::Rollback {

@@ -65,11 +65,7 @@ pub fn to_dtype<const D: usize>(t: Tensor<D>, dtype: Option<DType>) -> Tensor<D>
 /// # Errors
 /// [`Error::Strategy`] when the loss is not finite and no loss scaling is active.
 pub fn plain_step(req: StepRequest<'_>) -> Result<StepOutcome> {
-    let ctx = engram_core::model::ForwardCtx {
-        task: req.batch.refs.first().map(|r| r.task as usize),
-        replay: false,
-        evaluation: false,
-    };
+    let ctx = req.batch.forward_ctx();
     let n = req.model.num_blocks();
     // Mixed precision: parameters and input in the compute dtype, logits back to f32 for the loss.
     let view = req.model.compute_view(req.compute_dtype);

@@ -67,6 +67,16 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// The context of a training forward over this batch ([`ForwardCtx::training`]): its task
+    /// when every row belongs to one task, `None` for a batch that mixes tasks (replayed rows
+    /// joined it), so that a task-routed block never sends an old task's row to the current
+    /// task's branch.
+    pub fn forward_ctx(&self) -> crate::model::ForwardCtx {
+        let first = self.refs.first().map(|r| r.task);
+        let one = first.filter(|&t| self.refs.iter().all(|r| r.task == t));
+        crate::model::ForwardCtx::training(one.map(|t| t as usize))
+    }
+
     /// Number of rows.
     pub fn len(&self) -> usize {
         self.refs.len()

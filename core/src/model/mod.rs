@@ -288,6 +288,36 @@ pub struct ForwardCtx {
     pub evaluation: bool,
 }
 
+impl ForwardCtx {
+    /// A training forward of a batch of task `task` (`None`: rows of several tasks); build it
+    /// with [`Batch::forward_ctx`](crate::data::stream::Batch::forward_ctx).
+    pub fn training(task: Option<usize>) -> Self {
+        Self {
+            task,
+            replay: false,
+            evaluation: false,
+        }
+    }
+
+    /// An evaluation forward on the inference copy; `task` is given only where the scenario
+    /// provides task identity at test time (task-incremental).
+    pub fn evaluation(task: Option<usize>) -> Self {
+        Self {
+            task,
+            replay: false,
+            evaluation: true,
+        }
+    }
+
+    /// The same forward repeated in backward (a recomputed checkpoint segment).
+    pub fn replayed(&self) -> Self {
+        Self {
+            replay: true,
+            ..self.clone()
+        }
+    }
+}
+
 /// A Burn module that can be one stage of an engram [`Model`].
 ///
 /// Implement it for your own `#[derive(Module)]` type and wrap it with [`DynBlock::new`]. The

@@ -426,6 +426,12 @@ pub trait Scheduler: Send {
     fn after_evaluation(&mut self, _task: usize, _matrix: &[Vec<Option<f64>>]) -> AnomalyAction {
         AnomalyAction::Continue
     }
+    /// Whether [`Scheduler::after_evaluation`] may answer [`AnomalyAction::Rollback`]: the
+    /// trainer then keeps an in-memory snapshot of every task's start (model, optimiser and
+    /// strategy states) to roll back to. Default `false` (no snapshot is paid for).
+    fn may_roll_back(&self) -> bool {
+        false
+    }
     /// The state to checkpoint.
     fn state(&self) -> Result<StrategyState> {
         Ok(StrategyState::default())

@@ -300,11 +300,7 @@ pub fn predict_task(
     device: &Device,
 ) -> Vec<(usize, usize)> {
     let (rows, part) = stream.eval_rows(t);
-    let ctx = ForwardCtx {
-        task: (stream.scenario == Scenario::TaskIncremental).then_some(t),
-        replay: false,
-        evaluation: true,
-    };
+    let ctx = ForwardCtx::evaluation((stream.scenario == Scenario::TaskIncremental).then_some(t));
     let refs: Vec<SampleRef> = rows
         .iter()
         .map(|&i| SampleRef {
@@ -634,17 +630,7 @@ fn run_inner(
     let seed = c.run.seed;
     std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
     if resume.is_none() {
-        // The effective config and where it came from (relative paths in it, such as
-        // `[data] path`, are resolved against the original file on resume).
-        write_atomic(&opts.out.join("config.toml"), p.cfg.source.as_bytes())?;
-        let origin = std::path::absolute(&p.cfg.file).unwrap_or_else(|_| p.cfg.file.clone());
-        let run = serde_json::json!({
-            "config": origin,
-            "config_sha256": crate::fsutil::sha256_hex(p.cfg.source.as_bytes()),
-            "engram": env!("CARGO_PKG_VERSION"),
-            "plugins": p.plugins,
-        });
-        write_atomic(&opts.out.join("run.json"), run.to_string().as_bytes())?;
+        super::manifest::RunManifest::write(&opts.out, &p.cfg, &p.plugins)?;
     }
 
     let inner = p.device.clone();
@@ -792,8 +778,8 @@ fn train_loop(
             });
         }
     }
-    // Only a run with an anomaly policy pays for the in-memory task-start snapshot.
-    let anomaly_policy = p.schedulers.iter().any(|s| s.name() == "anomaly");
+    // Only a run with a rollback policy pays for the in-memory task-start snapshot.
+    let anomaly_policy = p.schedulers.iter().any(|s| s.may_roll_back());
 
     while pr.round < rounds {
         let round = pr.round;
@@ -1252,13 +1238,10 @@ pub fn run_config(out: &Path) -> Result<LoadedConfig> {
         path: out.to_path_buf(),
         message: format!("no run here ({}: {e})", cfg_path.display()),
     })?;
-    let meta: serde_json::Value = std::fs::read(out.join("run.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
+    let meta = super::manifest::RunManifest::read(out);
     // The copy must be the config the checkpoints were made with.
-    if let Some(want) = meta["config_sha256"].as_str()
-        && crate::fsutil::sha256_hex(text.as_bytes()) != want
+    if let Some(m) = &meta
+        && crate::fsutil::sha256_hex(text.as_bytes()) != m.config_sha256
     {
         return Err(Error::Checkpoint {
             path: out.to_path_buf(),
@@ -1273,7 +1256,7 @@ pub fn run_config(out: &Path) -> Result<LoadedConfig> {
     // Errors name the file that was read, the run's copy; relative paths (plugins, data)
     // resolve against the original config's directory.
     let mut loaded = LoadedConfig::from_source(&cfg_path, text)?;
-    if let Some(parent) = meta["config"].as_str().and_then(|f| Path::new(f).parent()) {
+    if let Some(parent) = meta.as_ref().and_then(|m| m.config.parent()) {
         loaded.base_dir = parent.to_path_buf();
     }
     Ok(loaded)
@@ -1436,13 +1419,7 @@ pub fn resume(
 /// [`crate::plugin::PluginError::Missing`] for one that is gone, any load error.
 pub fn with_recorded_plugins(out: &Path, registry: &Registry) -> Result<Registry> {
     let mut registry = registry.clone();
-    let Ok(text) = std::fs::read_to_string(out.join("run.json")) else {
-        return Ok(registry);
-    };
-    let recorded: Vec<crate::plugin::PluginInfo> = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| serde_json::from_value(v.get("plugins")?.clone()).ok())
-        .unwrap_or_default();
+    let recorded = super::manifest::RunManifest::read(out).map_or_else(Vec::new, |m| m.plugins);
     for info in recorded {
         // The same library given again (`--plugin`, perhaps from another path) is enough.
         if registry.plugins().iter().any(|p| p.sha256 == info.sha256) {

@@ -406,16 +406,8 @@ mod tests {
         let diff = (out.exp() - by_hand).abs().max().into_scalar::<f32>();
         assert!(diff < 1e-6, "{diff}");
         // With the task known, only that expert answers.
-        let t1 = Block::forward(
-            &b,
-            Activation::Flat(x(&d)),
-            &ForwardCtx {
-                task: Some(1),
-                replay: false,
-                evaluation: false,
-            },
-        )
-        .into_flat();
+        let t1 =
+            Block::forward(&b, Activation::Flat(x(&d)), &ForwardCtx::training(Some(1))).into_flat();
         let e1 = log_softmax(b.experts[1].forward(x(&d), false), 1);
         assert!((t1 - e1).abs().max().into_scalar::<f32>() < 1e-6);
     }
