@@ -196,11 +196,13 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// engram-core's built-ins: the models of [`crate::model::BUILTINS`] and the datasets of
-    /// [`crate::data::BUILTINS`] (the strategies are in the strategies crate; the `engram`
-    /// facade's `registry()` adds them with [`Registry::with`]).
+    /// engram-core's built-ins: the plain step of [`crate::strategy::BUILTINS`], the models of
+    /// [`crate::model::BUILTINS`] and the datasets of [`crate::data::BUILTINS`] (the other
+    /// strategies are in the strategies crate; the `engram` facade's `registry()` adds them
+    /// with [`Registry::with`]).
     pub fn builtin() -> Self {
         Self::default()
+            .with(crate::strategy::BUILTINS)
             .with(crate::model::BUILTINS)
             .with(crate::data::BUILTINS)
     }
@@ -526,12 +528,7 @@ impl Registry {
             .iter()
             .any(|s| s.layer() == crate::strategy::MemoryLayer::Execution)
         {
-            let entry = self.get(Kind::Memory, "standard").ok_or_else(|| {
-                Error::Other("the built-in memory strategy `standard` is not linked".into())
-            })?;
-            if let Factory::Memory(f) = entry.registration.factory {
-                out.push(f(&ParamSource::from_toml(""), cx)?);
-            }
+            out.push(Box::new(crate::strategy::standard::Standard));
         }
         out.sort_by_key(|s| s.layer());
         Ok(out)

@@ -20,7 +20,8 @@ pub mod naive;
 pub mod ncm;
 pub mod replay;
 pub mod schedules;
-pub mod standard;
+/// The plain step, engram-core's (re-exported where it used to live).
+pub use engram_core::strategy::standard;
 
 use engram_core::registry::Registration;
 
@@ -30,7 +31,6 @@ pub const BUILTINS: &[Registration] = &[
     ewc::REGISTRATION,
     replay::REGISTRATION,
     ema::REGISTRATION,
-    standard::REGISTRATION,
     checkpoint::REGISTRATION,
     accumulate::REGISTRATION,
     amp::REGISTRATION,
@@ -93,6 +93,7 @@ mod tests {
         assert_eq!(
             r.entries().len(),
             super::BUILTINS.len()
+                + engram_core::strategy::BUILTINS.len()
                 + engram_core::model::BUILTINS.len()
                 + engram_core::data::BUILTINS.len()
         );

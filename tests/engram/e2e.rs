@@ -238,6 +238,7 @@ fn list_shows_builtins_with_origin() {
         .collect();
     let builtins = engram::strategies::BUILTINS
         .iter()
+        .chain(engram::core::strategy::BUILTINS)
         .chain(engram::core::model::BUILTINS)
         .chain(engram::core::data::BUILTINS);
     for r in builtins {

@@ -11,6 +11,7 @@ mod fetch;
 mod memory;
 mod outdir;
 mod plugins;
+mod registry;
 mod report;
 mod resume;
 mod schedulers;

@@ -82,6 +82,12 @@ pub const DATASETS: &[DatasetSpec] = &[
     },
 ];
 
+/// The registration of `fashion-mnist` ([`DATASETS`]' first entry).
+pub const FASHION_MNIST_REGISTRATION: crate::registry::Registration = crate::registration!(dataset "fashion-mnist", "Fashion-MNIST (Xiao et al. 2017): 70,000 28×28 gray images of 10 clothing classes, IDX files", IdxParams, load_request);
+
+/// The registration of `mnist` ([`DATASETS`]' second entry).
+pub const MNIST_REGISTRATION: crate::registry::Registration = crate::registration!(dataset "mnist", "MNIST (LeCun et al. 1998): 70,000 28×28 gray images of handwritten digits, IDX files", IdxParams, load_request);
+
 /// The IDX datasets' keys: they take none beyond `[data]`'s own (`path`).
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct IdxParams {}

@@ -16,8 +16,8 @@ use std::path::Path;
 /// The built-in datasets, one line each (the registry, `engram list` and the reference page
 /// are generated from it).
 pub const BUILTINS: &[crate::registry::Registration] = &[
-    crate::registration!(dataset "fashion-mnist", "Fashion-MNIST (Xiao et al. 2017): 70,000 28×28 gray images of 10 clothing classes, IDX files", dataset::IdxParams, dataset::load_request),
-    crate::registration!(dataset "mnist", "MNIST (LeCun et al. 1998): 70,000 28×28 gray images of handwritten digits, IDX files", dataset::IdxParams, dataset::load_request),
+    dataset::FASHION_MNIST_REGISTRATION,
+    dataset::MNIST_REGISTRATION,
 ];
 
 /// What a dataset factory is asked to load.

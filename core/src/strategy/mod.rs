@@ -18,6 +18,11 @@
 //!
 //! Every strategy can save and restore its state ([`StrategyState`]) for checkpoints.
 
+pub mod standard;
+
+/// engram-core's own strategy: `standard`, the plain step (the rest are the strategies crate's).
+pub const BUILTINS: &[crate::registry::Registration] = &[standard::REGISTRATION];
+
 use crate::data::stream::{Batch, Part, SampleRef, Stream};
 use crate::error::Result;
 use crate::model::Model;

@@ -1,13 +1,15 @@
 //! `standard`: the plain training step — one forward pass with an autodiff graph, one backward
-//! pass. The execution layer every other memory strategy wraps.
+//! pass. The execution layer every other memory strategy wraps, and the one a run uses when its
+//! config names none: it lives in engram-core so that the registry appends this type, not a
+//! name it looks up.
 
-use engram_core::burn::optim::GradientsParams;
-use engram_core::burn::tensor::{DType, Tensor};
-use engram_core::config::ParamSource;
-use engram_core::model::Activation;
-use engram_core::registry::BuildContext;
-use engram_core::strategy::{MemoryLayer, MemoryStrategy, Next, StepOutcome, StepRequest};
-use engram_core::{Error, Result};
+use crate::burn::optim::GradientsParams;
+use crate::burn::tensor::{DType, Tensor};
+use crate::config::ParamSource;
+use crate::model::Activation;
+use crate::registry::BuildContext;
+use crate::strategy::{MemoryLayer, MemoryStrategy, Next, StepOutcome, StepRequest};
+use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// `standard` takes no parameters.
@@ -59,7 +61,7 @@ pub fn to_dtype<const D: usize>(t: Tensor<D>, dtype: Option<DType>) -> Tensor<D>
 
 /// Runs one plain step of `req`: forward on `req.batch.x` `[batch, features]` (in
 /// `req.compute_dtype` when set, normalisation and the loss in `f32`; see
-/// [`Model::compute_view`](engram_core::model::Model::compute_view)), loss × scale, backward.
+/// [`Model::compute_view`](crate::model::Model::compute_view)), loss × scale, backward.
 /// Gradients come back `f32`, multiplied by `req.loss_scale`.
 ///
 /// # Errors
@@ -109,4 +111,4 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
 }
 
 /// The registration of `standard`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "standard", "plain forward and backward with a full autodiff graph", StandardParams, build);
+pub const REGISTRATION: crate::registry::Registration = crate::registration!(memory "standard", "plain forward and backward with a full autodiff graph", StandardParams, build);
