@@ -3,16 +3,36 @@
 //! The core of engram, a framework for training one model on a sequence of tasks when
 //! accelerator memory is tight and catastrophic forgetting is the enemy.
 //!
+//! ## Layers
+//!
+//! Each layer uses only the layers above it:
+//!
+//! ```text
+//! error, fsutil, rng, alloc, device      leaves: the error enum, atomic writes, seeded streams,
+//!                                        the counting allocator, device selection
+//! config/   mod (schema) · spans · overrides · checks · params
+//!                                        the experiment file, positions in every error
+//! model/    mod (Block, Model, InputShape) · bridge · mlp · cnn · vit
+//! data/     idx · dataset · stream       datasets (Dataset, its shape and classes) and scenarios
+//! strategy/ mod (the three traits and their contexts) · standard (the plain step)
+//! registry  Kind (forgetting, memory, scheduler, model, dataset), Registration, Registry
+//! plugin    the ABI declaration, the loader's checks, Guarded (panics contained)
+//! train/    manifest (run.json) · checkpoint · memory · metrics · report
+//!           trainer/ prepare · step · evaluate · mod (the loop) · resume · rundir · export
+//! ```
+//!
 //! - [`strategy`]: the three traits — [`ForgettingStrategy`](strategy::ForgettingStrategy)
 //!   (what is learned), [`MemoryStrategy`](strategy::MemoryStrategy) (how a step fits in
 //!   memory), [`Scheduler`](strategy::Scheduler) (when and how strongly) — and the contexts
 //!   the trainer hands them;
-//! - [`registry`]: named strategy factories, filled through `inventory` (built-ins) and
-//!   [`plugin`] (shared libraries loaded at run time, checked before any of their code runs);
+//! - [`registry`]: named components of five kinds — the three strategy kinds, models and
+//!   datasets — from explicit `BUILTINS` lists and [`plugin`]s (shared libraries loaded at run
+//!   time, checked before any of their code runs);
 //! - [`config`]: the TOML experiment file, decoded with positions for every error;
-//! - [`data`]: IDX datasets and continual-learning scenarios;
-//! - [`model`]: an object-safe model made of blocks that is still a Burn module;
-//! - [`train`]: the continual trainer, metrics, memory accounting and report.
+//! - [`data`]: datasets (IDX built-ins, registered) and continual-learning scenarios;
+//! - [`model`]: an object-safe model made of blocks that is still a Burn module; `mlp`, `cnn`
+//!   and `vit` are registered models, and any Burn module becomes a block;
+//! - [`train`]: the continual trainer, metrics, memory accounting, checkpoints and report.
 //!
 //! ## The continual loop
 //!

@@ -64,11 +64,15 @@ const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
         "src/main.rs",
         "a value of `engram bench memory --model`",
     ),
-    ("lr", "core/src/config.rs", "the optimiser's key `lr`"),
+    (
+        "lr",
+        "core/src/config/checks.rs",
+        "the optimiser's key `lr`",
+    ),
     ("lr", "src/report.rs", "the `lr` column of steps.csv"),
     (
         "anomaly",
-        "core/src/train/trainer.rs",
+        "core/src/train/trainer/mod.rs",
         "the kind of a report event",
     ),
     (

@@ -1,0 +1,122 @@
+//! The checks of a decoded config that serde cannot express (ranges, combinations of keys),
+//! each a positioned error at the key. A component's own keys are checked by its factory.
+
+use super::*;
+
+impl LoadedConfig {
+    /// Semantic checks that serde cannot express.
+    pub(crate) fn check(&self) -> Result<()> {
+        let c = &self.config;
+        if !(0.0..=0.5).contains(&c.data.validation) {
+            return Err(self.error_at(
+                "data",
+                "validation",
+                format!("validation share {} is outside [0, 0.5]", c.data.validation),
+                None,
+            ));
+        }
+        if c.data.evaluate_on == EvalSplit::Validation && c.data.validation <= 0.0 {
+            return Err(self.error_at(
+                "data",
+                "evaluate_on",
+                "evaluate_on = \"validation\" needs a validation share > 0".into(),
+                Some("add `validation = 0.1` to [data]".into()),
+            ));
+        }
+        if c.train.batch_size == 0 || c.train.eval_batch_size == 0 || c.train.epochs == 0 {
+            return Err(self.error_at(
+                "train",
+                if c.train.epochs == 0 {
+                    "epochs"
+                } else {
+                    "batch_size"
+                },
+                "epochs, batch_size and eval_batch_size must be at least 1".into(),
+                None,
+            ));
+        }
+        if !(c.optimizer.lr > 0.0 && c.optimizer.lr.is_finite()) {
+            return Err(self.error_at(
+                "optimizer",
+                "lr",
+                format!("learning rate {} must be positive", c.optimizer.lr),
+                None,
+            ));
+        }
+        if let Some(v) = c.train.clip_norm
+            && !(v > 0.0 && v.is_finite())
+        {
+            return Err(self.error_at(
+                "train",
+                "clip_norm",
+                format!("clip_norm {v} must be a positive, finite number"),
+                Some("remove it to train without clipping".into()),
+            ));
+        }
+        if !(c.train.leak_factor >= 1.0 && c.train.leak_factor.is_finite()) {
+            return Err(self.error_at(
+                "train",
+                "leak_factor",
+                format!("leak_factor {} must be at least 1", c.train.leak_factor),
+                None,
+            ));
+        }
+        if c.train.checkpoint_every == Some(0) {
+            return Err(self.error_at(
+                "train",
+                "checkpoint_every",
+                "checkpoint_every must be ≥ 1".into(),
+                None,
+            ));
+        }
+        if c.data.test_subsample == Some(0) || c.data.subsample == Some(0) {
+            return Err(self.error_at(
+                "data",
+                if c.data.subsample == Some(0) {
+                    "subsample"
+                } else {
+                    "test_subsample"
+                },
+                "a subsample of 0 samples leaves nothing to train or evaluate".into(),
+                None,
+            ));
+        }
+        // `momentum` is SGD's; Adam and AdamW would ignore it without a word.
+        if c.optimizer.kind != OptimizerKind::Sgd
+            && toml::from_str::<toml::Table>(&self.source)
+                .ok()
+                .and_then(|t| t.get("optimizer")?.get("momentum").cloned())
+                .is_some()
+        {
+            return Err(self.error_at(
+                "optimizer",
+                "momentum",
+                format!(
+                    "momentum is an SGD key; `{}` does not use it",
+                    serde_json::to_value(c.optimizer.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                ),
+                Some("remove it, or use type = \"sgd\"".into()),
+            ));
+        }
+        let decay_ok = c.optimizer.weight_decay >= 0.0 && c.optimizer.weight_decay.is_finite();
+        if !(decay_ok && (0.0..1.0).contains(&c.optimizer.momentum)) {
+            return Err(self.error_at(
+                "optimizer",
+                if c.optimizer.weight_decay < 0.0 {
+                    "weight_decay"
+                } else {
+                    "momentum"
+                },
+                format!(
+                    "weight_decay must be ≥ 0 and momentum in [0, 1) (got {} and {})",
+                    c.optimizer.weight_decay, c.optimizer.momentum
+                ),
+                None,
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,228 @@
+//! The `--set key.path=value` engine: overrides applied to the TOML text with its formatting
+//! kept, and errors moved back to the override that caused them.
+
+use super::*;
+
+/// Places an error found in `rewritten` — the config text `original` with the `--set`
+/// overrides `sets` applied — for the user, who never saw `rewritten`:
+/// - a decoding error (wrong type, unknown key or variant) at a key that an override wrote, or
+///   inside a section an override created, names that override (as [`Error::ConfigFile`]:
+///   ``--set `forgetting.1.update_logits=1`: invalid type: integer `1`, expected a boolean``);
+/// - any other error at a key the file has gets that key's line and column in the file
+///   (overrides that add lines move everything after them), noting that the overrides were
+///   applied — a check over several keys reports at one of them, which need not be the one an
+///   override changed, so no override is blamed;
+/// - an error at a key only an override wrote says so, without a position;
+/// - the rest keep their position in the rewritten text, and say so.
+///
+/// Errors other than [`Error::Config`], and any error when `sets` is empty, are unchanged.
+pub fn relocate_override_error(
+    err: Error,
+    original: &str,
+    rewritten: &str,
+    sets: &[String],
+) -> Error {
+    let Error::Config {
+        file,
+        line,
+        column,
+        message,
+        hint,
+    } = err
+    else {
+        return err;
+    };
+    let config = |line, column, message| Error::Config {
+        file: file.clone(),
+        line,
+        column,
+        message,
+        hint: hint.clone(),
+    };
+    if sets.is_empty() {
+        return config(line, column, message);
+    }
+    let set_key = |s: &str| {
+        s.split_once('=')
+            .map(|(k, _)| k.split('.').map(str::trim).collect::<Vec<_>>().join("."))
+    };
+    let off = offset_of(rewritten, line, column);
+    let key = off.and_then(|o| key_at(rewritten, o));
+    if let (Some(off), Some(key)) = (off, &key) {
+        if is_decode_error(&message) {
+            let culprit = sets.iter().rev().find(|s| {
+                set_key(s).is_some_and(|k| k == *key || k.starts_with(&format!("{key}.")))
+            });
+            if let Some(set) = culprit {
+                return Error::ConfigFile {
+                    file,
+                    message: format!("--set `{set}`: {message}"),
+                    hint,
+                };
+            }
+        }
+        if let (Some((k1, v1)), Some((k0, v0))) =
+            (spans_of(rewritten, key), spans_of(original, key))
+        {
+            let at = if off >= v1.start {
+                v0.start + (off - v1.start).min(v0.len())
+            } else {
+                k0.start + off.saturating_sub(k1.start).min(k0.len())
+            };
+            let (line, column) = line_col(original, at);
+            return config(
+                line,
+                column,
+                format!("{message} (with the --set overrides applied)"),
+            );
+        }
+        // A key the file does not have: an override added it, and its position means nothing
+        // to the user.
+        if let Some(set) = sets
+            .iter()
+            .rev()
+            .find(|s| set_key(s).is_some_and(|k| k == *key))
+        {
+            return Error::ConfigFile {
+                file,
+                message: format!("{message} (at `{key}`, which --set `{set}` added)"),
+                hint,
+            };
+        }
+    }
+    config(
+        line,
+        column,
+        format!("{message} (position in the config with --set applied)"),
+    )
+}
+
+/// Applies `--set key.path=value` overrides to TOML text, keeping its formatting.
+///
+/// # Errors
+/// [`Error::ConfigFile`] for an override without `=`, a value that is not TOML, or a path that
+/// crosses a non-table.
+pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String> {
+    if sets.is_empty() {
+        return Ok(src.to_string());
+    }
+    let bad = |m: String, hint: &str| Error::ConfigFile {
+        file: file.to_path_buf(),
+        message: m,
+        hint: Some(hint.to_string()),
+    };
+    let mut doc: toml_edit::DocumentMut = src
+        .parse()
+        .map_err(|e: toml_edit::TomlError| bad(e.to_string(), "fix the file first"))?;
+    for set in sets {
+        let (key, value) = set.split_once('=').ok_or_else(|| {
+            bad(
+                format!("--set `{set}` has no `=`"),
+                "write --set train.epochs=3",
+            )
+        })?;
+        let v = value.trim();
+        let value: toml_edit::Value = match v.parse() {
+            Ok(value) => value,
+            // A bare word or path is taken as a string: --set run.device=cpu. Anything else
+            // that is not TOML (`.05`, `1e400`, a comment) is an error rather than a string
+            // that a type check would then reject with a misleading hint.
+            Err(_) if is_bare_string(v) => toml_edit::Value::from(v),
+            Err(_) => {
+                return Err(bad(
+                    format!("--set `{set}`: `{v}` is not a TOML value"),
+                    "a number needs a digit before its point (0.05) and must fit in 64 bits; a \
+                     string can be quoted (\"cpu\"); no comments",
+                ));
+            }
+        };
+        if key.trim().is_empty() || key.split('.').any(|p| p.trim().is_empty()) {
+            return Err(bad(
+                format!("--set `{set}` has an empty key"),
+                "write --set section.key=value, e.g. --set train.epochs=3",
+            ));
+        }
+        let parts: Vec<&str> = key.trim().split('.').map(str::trim).collect();
+        let (last, path) = parts.split_last().expect("split yields one part");
+        let mut table: &mut dyn toml_edit::TableLike = doc.as_table_mut();
+        let mut i = 0;
+        while i < path.len() {
+            let p = path[i];
+            let item = table
+                .entry(p)
+                .or_insert(toml_edit::Item::Table(toml_edit::Table::new()));
+            if item.is_array_of_tables() {
+                if i + 1 == path.len() && last.parse::<usize>().is_ok() {
+                    return Err(bad(
+                        format!("--set `{set}`: an entry of `{p}` cannot be replaced whole"),
+                        "set its keys one by one, e.g. forgetting.0.lambda=100",
+                    ));
+                }
+                // Arrays of tables are addressed by index: `forgetting.0.lambda`.
+                let idx = path
+                    .get(i + 1)
+                    .and_then(|s| s.parse::<usize>().ok())
+                    .ok_or_else(|| {
+                        bad(
+                            format!("--set `{key}`: `{p}` is a list; add an index"),
+                            "write for example forgetting.0.lambda=100",
+                        )
+                    })?;
+                table = item
+                    .as_array_of_tables_mut()
+                    .and_then(|a| a.get_mut(idx))
+                    .ok_or_else(|| {
+                        bad(
+                            format!("--set `{key}`: there is no entry {idx} in `{p}`"),
+                            "entries are numbered from 0",
+                        )
+                    })?;
+                i += 2;
+            } else {
+                table = item.as_table_like_mut().ok_or_else(|| {
+                    bad(
+                        format!("--set `{key}`: `{p}` is not a table"),
+                        "check the key path",
+                    )
+                })?;
+                i += 1;
+            }
+        }
+        match table.get(last) {
+            Some(item) if item.is_table() || item.is_array_of_tables() => {
+                let whole = if path.is_empty() {
+                    last.to_string()
+                } else {
+                    format!("{}.{last}", path.join("."))
+                };
+                return Err(bad(
+                    format!(
+                        "--set `{set}`: `{whole}` is a section of the file; replacing it whole \
+                         would drop the keys it has"
+                    ),
+                    &format!("set its keys one by one: --set {whole}.KEY=VALUE"),
+                ));
+            }
+            _ => {
+                table.insert(last, toml_edit::Item::Value(value));
+            }
+        }
+    }
+    Ok(doc.to_string())
+}
+
+/// Whether an override's value that is not TOML may be taken as a string: a bare word or
+/// path (`cpu`, `/data/fmnist`, `./data`) — no spaces, quotes, brackets or `#`, and not
+/// shaped like a number (a digit first, or a sign or point before one).
+pub(crate) fn is_bare_string(v: &str) -> bool {
+    let unsigned = v.strip_prefix(['+', '-']).unwrap_or(v);
+    let numeric = unsigned
+        .strip_prefix('.')
+        .unwrap_or(unsigned)
+        .starts_with(|c: char| c.is_ascii_digit());
+    !v.is_empty()
+        && !numeric
+        && !v.chars().any(|c| {
+            c.is_whitespace() || matches!(c, '"' | '\'' | '[' | ']' | '{' | '}' | '#' | '=')
+        })
+}

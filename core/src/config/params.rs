@@ -1,0 +1,109 @@
+//! [`ParamSource`]: one component's keys, decoded from the spanned document so that every
+//! error points into the config file.
+
+use super::*;
+
+/// Where a strategy's parameters come from: entry `index` of `list` in a config's text.
+/// Decoding through it keeps positions for errors.
+#[derive(Clone, Debug)]
+pub struct ParamSource {
+    pub(super) file: PathBuf,
+    pub(super) source: Arc<str>,
+    pub(super) list: &'static str,
+    pub(super) index: usize,
+}
+
+impl ParamSource {
+    /// Parameters given as a TOML table body with no file behind them (tests, plugins).
+    pub fn from_toml(text: &str) -> Self {
+        Self {
+            file: PathBuf::from("<inline>"),
+            source: Arc::from(format!("[[inline]]\n{text}\n")),
+            list: "inline",
+            index: 0,
+        }
+    }
+
+    /// Decodes this entry's keys (all but `type`) into `T`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] with the key's line and column for unknown keys and wrong types.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T> {
+        let src: &str = &self.source;
+        let doc = DeTable::parse(src).map_err(|e| toml_error(&self.file, src, &e))?;
+        let entry: Option<Spanned<DeValue<'_>>> =
+            doc.get_ref()
+                .get(self.list)
+                .and_then(|v| match v.get_ref() {
+                    DeValue::Array(a) => a.get(self.index).cloned(),
+                    DeValue::Table(_) if self.index == 0 => Some(v.clone()),
+                    _ => None,
+                });
+        let entry = entry.unwrap_or_else(|| Spanned::new(0..0, DeValue::Table(DeTable::new())));
+        let span = entry.span();
+        let table = match entry.into_inner() {
+            DeValue::Table(t) => t,
+            _ => DeTable::new(),
+        };
+        let table: DeTable<'_> = table
+            .into_iter()
+            .filter(|(k, _)| k.get_ref().as_ref() != "type")
+            .collect();
+        // No strategy key takes NaN or an infinity (`nan`, `inf`, `1e400`): one check for every
+        // strategy, built-in or plugin, so that a non-finite value can never switch a comparison
+        // off silently (a NaN threshold is never exceeded).
+        fn non_finite<'a>(v: &'a DeValue<'_>) -> Option<&'a str> {
+            match v {
+                DeValue::Float(f) => {
+                    let raw = f.as_str();
+                    (!raw
+                        .replace('_', "")
+                        .parse::<f64>()
+                        .is_ok_and(f64::is_finite))
+                    .then_some(raw)
+                }
+                DeValue::Array(a) => a.iter().find_map(|x| non_finite(x.get_ref())),
+                DeValue::Table(t) => t.values().find_map(|x| non_finite(x.get_ref())),
+                _ => None,
+            }
+        }
+        for (k, v) in &table {
+            if let Some(raw) = non_finite(v.get_ref()) {
+                let key = k.get_ref().as_ref();
+                return Err(self.key_error(
+                    key,
+                    format!("`{key}`: {raw} is not a finite number"),
+                    Some("every strategy key takes finite values".into()),
+                ));
+            }
+        }
+        let value = Spanned::new(span, DeValue::Table(table));
+        T::deserialize(ValueDeserializer::from(value)).map_err(|e| toml_error(&self.file, src, &e))
+    }
+
+    /// A positioned [`Error::Config`] about key `key` of this entry (at the entry when the key
+    /// is absent), for checks that serde cannot express.
+    pub fn key_error(&self, key: &str, message: String, hint: Option<String>) -> Error {
+        let src: &str = &self.source;
+        let offset = DeTable::parse(src).ok().and_then(|doc| {
+            let v = doc.get_ref().get(self.list)?;
+            let entry = match v.get_ref() {
+                DeValue::Array(a) => a.get(self.index)?.clone(),
+                _ => v.clone(),
+            };
+            let start = entry.span().start;
+            match entry.get_ref() {
+                DeValue::Table(t) => {
+                    Some(t.get_key_value(key).map_or(start, |(k, _)| k.span().start))
+                }
+                _ => Some(start),
+            }
+        });
+        positioned(&self.file, src, offset.unwrap_or(0), message, hint)
+    }
+
+    /// The strategy list this entry belongs to.
+    pub fn list(&self) -> &str {
+        self.list
+    }
+}

@@ -1,0 +1,136 @@
+//! Preparing a run: the config checked and every component built before anything is written.
+
+use super::*;
+
+/// How to run, beyond the config.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// The output directory.
+    pub out: PathBuf,
+    /// Show progress bars (on a terminal).
+    pub progress: bool,
+}
+
+/// Everything a run needs, built and checked before anything is written.
+pub struct Prepared {
+    /// The config.
+    pub cfg: LoadedConfig,
+    /// The device (without autodiff).
+    pub device: Device,
+    /// The stream of tasks.
+    pub stream: Stream,
+    /// Forgetting strategies, in config order.
+    pub forgetting: Vec<Box<dyn ForgettingStrategy>>,
+    /// Memory strategies, in chain order.
+    pub memory: Vec<Box<dyn MemoryStrategy>>,
+    /// Schedulers, in config order.
+    pub schedulers: Vec<Box<dyn Scheduler>>,
+    /// Seconds spent preparing.
+    pub setup_s: f64,
+    /// The plugins loaded for this run (recorded in `run.json` and reloaded by [`resume`]).
+    pub plugins: Vec<crate::plugin::PluginInfo>,
+    /// The registry the run was prepared with (its model factory builds [`Prepared::build_model`]).
+    pub registry: Registry,
+}
+
+/// Resolves a path from the config against `base_dir` ([`LoadedConfig::base_dir`]); an
+/// absolute path is kept.
+pub fn relative_to(base_dir: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base_dir.join(p)
+    }
+}
+
+/// Checks and builds everything a run needs: device, data, stream, strategies.
+///
+/// # Errors
+/// Any input error ([`Error::Config`], [`Error::DatasetMissing`], [`Error::Idx`],
+/// [`Error::Device`], …) before a single file is written.
+pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
+    let start = Instant::now();
+    let c = &cfg.config;
+    // Plugins named in the config (relative to the config file) join the caller's registry.
+    let mut registry = registry.clone();
+    for path in &c.plugins {
+        registry.load_plugin(&relative_to(&cfg.base_dir, path))?;
+    }
+    let registry = &registry;
+    let device = crate::device::select(&c.run.device)
+        .map_err(|e| cfg.error_at("run", "device", e.to_string(), None))?;
+    // Names are looked up before the data is read, so that a misspelt name says so at once.
+    registry.check_names(&cfg)?;
+    let data_path = c.data.path.as_ref().map(|p| relative_to(&cfg.base_dir, p));
+    let ds = registry.load_dataset(&cfg, data_path.as_deref())?;
+    let stream = Stream::build(Arc::new(ds), &c.data, c.run.seed)
+        .map_err(|e| cfg.error_at("data", "tasks", e.to_string(), None))?;
+    // The model's factory checks its keys against the data's geometry now, before anything is
+    // written (the model itself is built again, on the run's device, by `build_model`).
+    drop(registry.build_model(&cfg, &model_context(&cfg, &stream), &device)?);
+    let bcx = BuildContext {
+        num_tasks: stream.len(),
+        num_classes: stream.num_classes,
+        batch_size: c.train.batch_size,
+        seed: c.run.seed,
+    };
+    let forgetting = registry.build_forgetting(&cfg, &bcx)?;
+    let memory = registry.build_memory(&cfg, &bcx)?;
+    let schedulers = registry.build_schedulers(&cfg, &bcx)?;
+    Ok(Prepared {
+        plugins: registry.plugins().to_vec(),
+        registry: registry.clone(),
+        cfg,
+        device,
+        stream,
+        forgetting,
+        memory,
+        schedulers,
+        setup_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// What the model factory is told about the run: the data's input shape, the stream's class
+/// count and the run seed.
+pub fn model_context(cfg: &LoadedConfig, stream: &Stream) -> crate::model::ModelContext {
+    crate::model::ModelContext {
+        input: stream.dataset.input,
+        num_classes: stream.num_classes,
+        seed: cfg.config.run.seed,
+    }
+}
+
+impl Prepared {
+    /// Builds the configured model on `device`, initialised from the run seed (the same
+    /// weights every time).
+    ///
+    /// # Errors
+    /// The model factory's errors (checked once by [`prepare`], so a second call fails only
+    /// if a plugin's factory does).
+    pub fn build_model(&self, device: &Device) -> Result<Model> {
+        self.registry
+            .build_model(&self.cfg, &model_context(&self.cfg, &self.stream), device)
+    }
+}
+
+/// The configured optimiser (burn-optim).
+pub fn build_optimizer(cfg: &LoadedConfig) -> ModuleOptimizer {
+    let o = &cfg.config.optimizer;
+    let wd = (o.weight_decay > 0.0).then_some(WeightDecayConfig {
+        penalty: o.weight_decay as f32,
+    });
+    match o.kind {
+        OptimizerKind::Sgd => SgdConfig::new()
+            .with_momentum((o.momentum > 0.0).then_some(MomentumConfig {
+                momentum: o.momentum,
+                dampening: 0.0,
+                nesterov: false,
+            }))
+            .with_weight_decay(wd)
+            .init(),
+        OptimizerKind::Adam => AdamConfig::new().with_weight_decay(wd).init(),
+        OptimizerKind::Adamw => AdamWConfig::new()
+            .with_weight_decay(o.weight_decay as f32)
+            .init(),
+    }
+}
