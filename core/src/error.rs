@@ -4,7 +4,135 @@
 //! [`Error::exit_code`] maps variants to the CLI's exit codes: `2` for bad input (config, data,
 //! plugin, device), `1` for any other failure.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// Why a plugin could not be loaded or failed while running. Every variant names the library
+/// and says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The file does not exist.
+    #[error("plugin {}: no such file\n  hint: build it with `cargo build --release --workspace` (plugins land in target/release/lib<name>.so); a path in a config file is relative to that file; a run resumed after its plugin moved takes the library again with `--plugin PATH`", path.display())]
+    Missing {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// The file could not be read.
+    #[error("plugin {}: cannot read: {source}", path.display())]
+    Unreadable {
+        /// The library.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a shared library.
+    #[error("plugin {}: not a shared library ({reason})\n  hint: name the `lib<name>.so` that `cargo build` writes for a crate with `crate-type = [\"dylib\"]`", path.display())]
+    NotSharedLibrary {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        reason: String,
+    },
+    /// The library has no engram declaration.
+    #[error("plugin {}: no engram plugin declaration (section `.engram_plugin`)\n  hint: a plugin ends with `engram_core::declare_plugin!(register);`", path.display())]
+    NoDeclaration {
+        /// The library.
+        path: PathBuf,
+    },
+    /// The declaration is from another version of the loader contract.
+    #[error("plugin {}: ABI version {found}, this engram expects {expected}\n  hint: rebuild the plugin against this engram-core", path.display())]
+    AbiMismatch {
+        /// The library.
+        path: PathBuf,
+        /// The plugin's ABI version.
+        found: u32,
+        /// The host's ([`crate::plugin::ABI_VERSION`]).
+        expected: u32,
+    },
+    /// The plugin was built with another toolchain, engram-core, Burn, target, feature set or
+    /// profile.
+    #[error("plugin {}: built for another engram build; its code was not run\n  plugin: {plugin}\n  host:   {host}\n  differs in: {differs}\n  hint: build the plugin with the host's toolchain, Cargo.lock, features and profile (for example `cargo build --release --workspace`)", path.display())]
+    BuildIdMismatch {
+        /// The library.
+        path: PathBuf,
+        /// The plugin's build id.
+        plugin: String,
+        /// The host's ([`crate::plugin::BUILD_ID`]).
+        host: String,
+        /// The fields that differ.
+        differs: String,
+    },
+    /// The dynamic loader refused the library (for example an unresolved symbol).
+    #[error("plugin {}: the dynamic loader refused it: {reason}\n  hint: rebuild the plugin and engram together (same Cargo.lock and profile)", path.display())]
+    LoadFailed {
+        /// The library.
+        path: PathBuf,
+        /// The loader's message.
+        reason: String,
+    },
+    /// The plugin's register function returned an error or panicked.
+    #[error("plugin {}: registration failed: {message}", path.display())]
+    RegisterFailed {
+        /// The library.
+        path: PathBuf,
+        /// Its error, or `panicked: …` with the panic message.
+        message: String,
+    },
+    /// A component of the same kind and name is already registered.
+    #[error("plugin {}: duplicate {kind} `{name}`: already registered by {other}\n  hint: rename the plugin's {kind}, or load only one of the two", path.display())]
+    Duplicate {
+        /// The library that registered it second.
+        path: PathBuf,
+        /// What the component is ([`crate::component::Kind::noun`]: `forgetting strategy`,
+        /// `model`, …).
+        kind: &'static str,
+        /// The strategy name.
+        name: String,
+        /// Where the first one came from (`built-in` or a path).
+        other: String,
+    },
+    /// A plugin's strategy panicked; the run stopped without aborting the process.
+    #[error("plugin {}: strategy `{strategy}` panicked in `{method}`: {message}\n  hint: the run stopped; its last checkpoint is intact (fix the plugin, then `engram resume`)", path.display())]
+    Panicked {
+        /// The library.
+        path: PathBuf,
+        /// The strategy's name.
+        strategy: String,
+        /// The trait method.
+        method: &'static str,
+        /// The panic message and location.
+        message: String,
+    },
+    /// A run recorded a plugin whose file has since changed.
+    #[error("plugin {}: changed since the run started (SHA-256 {found}, recorded {recorded})\n  hint: restore the library the run was started with; a changed plugin could not continue the same run", path.display())]
+    Changed {
+        /// The library.
+        path: PathBuf,
+        /// The SHA-256 recorded in run.json.
+        recorded: String,
+        /// The SHA-256 of the file now.
+        found: String,
+    },
+}
+
+impl PluginError {
+    /// The library the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            PluginError::Missing { path }
+            | PluginError::Unreadable { path, .. }
+            | PluginError::NotSharedLibrary { path, .. }
+            | PluginError::NoDeclaration { path }
+            | PluginError::AbiMismatch { path, .. }
+            | PluginError::BuildIdMismatch { path, .. }
+            | PluginError::LoadFailed { path, .. }
+            | PluginError::RegisterFailed { path, .. }
+            | PluginError::Duplicate { path, .. }
+            | PluginError::Panicked { path, .. }
+            | PluginError::Changed { path, .. } => path,
+        }
+    }
+}
 
 /// A `Result` with engram's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -111,7 +239,7 @@ pub enum Error {
     },
     /// A plugin could not be loaded or registered, or one of its strategies panicked.
     #[error(transparent)]
-    Plugin(#[from] crate::plugin::PluginError),
+    Plugin(#[from] PluginError),
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
     Io {
@@ -170,7 +298,7 @@ impl Error {
             | Error::Device { .. }
             | Error::Checkpoint { .. } => 2,
             Error::Plugin(e) => match e {
-                crate::plugin::PluginError::Panicked { .. } => 1,
+                PluginError::Panicked { .. } => 1,
                 _ => 2,
             },
             _ => 1,

@@ -15,8 +15,9 @@
 //! model/    mod (Block, Model, InputShape) · bridge · mlp · cnn · vit
 //! data/     idx · dataset · stream       datasets (Dataset, its shape and classes) and scenarios
 //! strategy/ mod (the three traits and their contexts) · standard (the plain step)
-//! registry  Kind (forgetting, memory, scheduler, model, dataset), Registration, Registry
+//! component Kind (forgetting, memory, scheduler, model, dataset), Factory, Registration
 //! plugin    the ABI declaration, the loader's checks, Guarded (panics contained)
+//! registry  Registry: built-in lists and plugins' registrations, lookups with positions
 //! train/    manifest (run.json) · checkpoint · memory · metrics · report
 //!           trainer/ prepare · step · evaluate · mod (the loop) · resume · rundir · export
 //! ```
@@ -50,6 +51,7 @@
 //! ```
 
 pub mod alloc;
+pub mod component;
 pub mod config;
 pub mod data;
 pub mod device;
