@@ -7,7 +7,8 @@ use crate::util::{engram, output, run, run_quiet, small_config};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-fn stable(dir: &Path) -> Value {
+/// A run's report.json without its machine-dependent keys (timings, throughput, memory).
+pub(crate) fn stable(dir: &Path) -> Value {
     let mut r: Value =
         serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
     for k in ["timings", "throughput", "memory"] {
