@@ -30,7 +30,7 @@ struct Cli {
     /// Only errors and the final line.
     #[arg(short, long, global = true)]
     quiet: bool,
-    /// Load strategies from a plugin shared library (repeatable; `run`, `validate`, `list`,
+    /// Load strategies, models or datasets from a plugin shared library (repeatable; `run`, `validate`, `list`,
     /// `resume`, `eval`, `export`). Its code runs in this process: load only what you trust.
     #[arg(long = "plugin", value_name = "PATH", global = true)]
     plugins: Vec<PathBuf>,
@@ -84,7 +84,7 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
     },
-    /// List the registered strategies with their keys and defaults.
+    /// List the registered strategies, models and datasets with their keys and defaults.
     List {
         /// Machine-readable output.
         #[arg(long)]

@@ -73,6 +73,27 @@ impl Entry {
 pub struct Registry {
     entries: Vec<Entry>,
     plugins: Vec<PluginInfo>,
+    /// Paths a run recorded for a plugin that this registry already holds from another path
+    /// (the same SHA-256, given with `--plugin` after the library moved): loading one of them
+    /// is a no-op ([`Registry::stand_in_for`]).
+    stand_ins: Vec<std::path::PathBuf>,
+}
+
+/// `p` made absolute with `.` and `..` removed lexically (the file may be gone, so
+/// `canonicalize` cannot be used).
+fn lexical(p: &Path) -> std::path::PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut out = std::path::PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 impl Registry {
@@ -155,6 +176,9 @@ impl Registry {
     /// [`Error::Plugin`] with the [`PluginError`] of the failed check, or
     /// [`PluginError::Duplicate`] naming both sources.
     pub fn load_plugin(&mut self, path: &Path) -> Result<()> {
+        if self.stand_ins.contains(&lexical(path)) {
+            return Ok(());
+        }
         let plugin: Plugin = crate::plugin::load(path)?;
         if self.plugins.iter().any(|p| p.path == plugin.info.path) {
             return Ok(());
@@ -178,6 +202,14 @@ impl Registry {
     /// The first plugin error.
     pub fn load_plugins<P: AsRef<Path>>(&mut self, paths: &[P]) -> Result<()> {
         paths.iter().try_for_each(|p| self.load_plugin(p.as_ref()))
+    }
+
+    /// Records that the plugin a run loaded from `recorded` is already here under another path
+    /// (the caller checked that the SHA-256 is the same): a config's `plugins` entry naming
+    /// `recorded` is then satisfied without the file, so a run whose library moved resumes,
+    /// evaluates and exports with `--plugin NEW_PATH`.
+    pub fn stand_in_for(&mut self, recorded: &Path) {
+        self.stand_ins.push(lexical(recorded));
     }
 
     /// The plugins loaded into this registry, in load order.

@@ -448,6 +448,54 @@ fn resume_reloads_the_recorded_plugins_and_refuses_a_changed_one() {
     }
 }
 
+/// A run whose config names its plugin (`plugins = [...]`) and whose library then moved resumes,
+/// evaluates and exports with `--plugin NEW_PATH` (the same file, by SHA-256), as the hint says.
+#[test]
+fn a_moved_plugin_named_in_the_config_is_taken_again_with_plugin() {
+    let d = tempfile::tempdir().unwrap();
+    let old_dir = d.path().join("old");
+    std::fs::create_dir(&old_dir).unwrap();
+    let lib = old_dir.join("libsynaptic_intelligence.so");
+    std::fs::copy(plugin_lib("synaptic_intelligence"), &lib).unwrap();
+    let cfg = small_config(
+        d.path(),
+        "si.toml",
+        "checkpoint_every = 5\n[[forgetting]]\ntype = \"si\"\n",
+    );
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("plugins = [\"old/libsynaptic_intelligence.so\"]\n{text}"),
+    )
+    .unwrap();
+    let out = d.path().join("out");
+    let (code, msg) = run_quiet(&cfg, &out, &[], &[("ENGRAM_FAILPOINT", "step-12")]);
+    assert_ne!(code, 0, "{msg}");
+    let moved = d.path().join("libsynaptic_intelligence.so");
+    std::fs::rename(&lib, &moved).unwrap();
+    let (code, msg) = run(&["resume", out.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 2, "without the library: {msg}");
+    assert!(
+        msg.contains("no such file") && msg.contains("--plugin"),
+        "{msg}"
+    );
+    let m = moved.to_str().unwrap();
+    let (code, msg) = run(&["resume", out.to_str().unwrap(), "-q", "--plugin", m]);
+    assert_eq!(code, 0, "{msg}");
+    let (code, msg) = run(&["eval", out.to_str().unwrap(), "--plugin", m]);
+    assert_eq!(code, 0, "{msg}");
+    let st = d.path().join("si.safetensors");
+    let (code, msg) = run(&[
+        "export",
+        out.to_str().unwrap(),
+        "--safetensors",
+        st.to_str().unwrap(),
+        "--plugin",
+        m,
+    ]);
+    assert_eq!(code, 0, "{msg}");
+}
+
 /// The mixture-of-experts plugin of the book's last chapter: it grows one expert per task (the
 /// parameter count is exact), and a run killed in the second task resumes to the same report
 /// (the checkpoint's experts are re-created before its weights are loaded).

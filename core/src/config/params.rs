@@ -73,7 +73,7 @@ impl ParamSource {
                 return Err(self.key_error(
                     key,
                     format!("`{key}`: {raw} is not a finite number"),
-                    Some("every strategy key takes finite values".into()),
+                    Some("every key of a strategy, model or dataset takes finite values".into()),
                 ));
             }
         }

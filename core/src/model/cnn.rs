@@ -182,7 +182,10 @@ pub fn build(
     {
         return Err(src.key_error(
             "channels",
-            "cnn: 1 or 2 conv blocks (each halves the image side, rounding down) of 1 to 1024 channels".into(),
+            format!(
+                "cnn: channels = {:?}: this CNN has 1 or 2 conv blocks (each halves the image side, rounding down) of 1 to 1024 channels",
+                p.channels
+            ),
             Some("for example channels = [16, 32]".into()),
         ));
     }

@@ -286,7 +286,10 @@ pub fn with_recorded_plugins(out: &Path, registry: &Registry) -> Result<Registry
         crate::train::manifest::RunManifest::read(out).map_or_else(Vec::new, |m| m.plugins);
     for info in recorded {
         // The same library given again (`--plugin`, perhaps from another path) is enough.
-        if registry.plugins().iter().any(|p| p.sha256 == info.sha256) {
+        if let Some(here) = registry.plugins().iter().find(|p| p.sha256 == info.sha256) {
+            if here.path != info.path {
+                registry.stand_in_for(&info.path);
+            }
             continue;
         }
         let found = crate::plugin::file_sha256(&info.path)?;
