@@ -61,6 +61,21 @@ fn strategy_err(name: &str, e: Error) -> Error {
     }
 }
 
+/// Runs one hook of every forgetting strategy, in config order, threading `acc` through (the
+/// batch, the model, or nothing); an error is the strategy's, named once ([`strategy_err`]).
+/// The one place the loop calls a forgetting strategy's hooks (a plugin's are guarded inside
+/// [`crate::plugin::Guarded`]).
+fn each_forgetting<T>(
+    list: &mut [Box<dyn ForgettingStrategy>],
+    acc: T,
+    mut hook: impl FnMut(&mut dyn ForgettingStrategy, T) -> Result<T>,
+) -> Result<T> {
+    list.iter_mut().try_fold(acc, |acc, s| {
+        let r = hook(s.as_mut(), acc);
+        r.map_err(|e| strategy_err(s.name(), e))
+    })
+}
+
 /// Set by the binary's Ctrl-C handler; the trainer checkpoints and stops at the next step.
 pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -295,11 +310,7 @@ fn train_loop(
                 seed,
                 final_train_loss: 0.0,
             };
-            for f in p.forgetting.iter_mut() {
-                let name = f.name().to_string();
-                f.before_task(&mut tcx)
-                    .map_err(|e| strategy_err(&name, e))?;
-            }
+            each_forgetting(&mut p.forgetting, (), |f, ()| f.before_task(&mut tcx))?;
             pr.before_task_done = true;
             pr.task_train = PhaseMemory::default();
         }
@@ -348,12 +359,7 @@ fn train_loop(
                     seed,
                 };
                 let mut batch = stream.batch(chunk, Part::Train, round, &ad);
-                for f in p.forgetting.iter_mut() {
-                    let name = f.name().to_string();
-                    batch = f
-                        .prepare_batch(batch, &bcx)
-                        .map_err(|e| strategy_err(&name, e))?;
-                }
+                batch = each_forgetting(&mut p.forgetting, batch, |f, b| f.prepare_batch(b, &bcx))?;
                 // Burn's RNG (dropout) is reseeded from the position: resumable and exact.
                 let rng_seed = rng::derive_seed(seed, "burn", round as u64, pr.global_step as u64);
                 ad.seed(rng_seed);
@@ -392,12 +398,8 @@ fn train_loop(
                     }
                     applied = Some(model.flat_grads(&grads));
                     model = optim.step(controls.lr, model, grads);
-                    for f in p.forgetting.iter_mut() {
-                        let name = f.name().to_string();
-                        model = f
-                            .after_update(model, &bcx)
-                            .map_err(|e| strategy_err(&name, e))?;
-                    }
+                    model =
+                        each_forgetting(&mut p.forgetting, model, |f, m| f.after_update(m, &bcx))?;
                 }
                 let scx = StepContext {
                     position: &position,
@@ -407,10 +409,7 @@ fn train_loop(
                     model: &model,
                     grads: applied.as_deref(),
                 };
-                for f in p.forgetting.iter_mut() {
-                    let name = f.name().to_string();
-                    f.after_step(&scx).map_err(|e| strategy_err(&name, e))?;
-                }
+                each_forgetting(&mut p.forgetting, (), |f, ()| f.after_step(&scx))?;
                 if c.train.on_leak != crate::config::OnLeak::Off
                     && let Some(bytes) = memory::device_bytes(&inner)
                     && let Some(summary) = leaks.observe(pr.step_in_task, bytes)
@@ -487,12 +486,9 @@ fn train_loop(
 
         let ta = Instant::now();
         let meter = PhaseMeter::start();
-        for f in p.forgetting.iter_mut() {
-            let name = f.name().to_string();
-            model = f
-                .task_end_weights(model, &info)
-                .map_err(|e| strategy_err(&name, e))?;
-        }
+        model = each_forgetting(&mut p.forgetting, model, |f, m| {
+            f.task_end_weights(m, &info)
+        })?;
         {
             let mut tcx = TaskContext {
                 model: &mut model,
@@ -502,10 +498,7 @@ fn train_loop(
                 seed,
                 final_train_loss: pr.last_epoch_loss,
             };
-            for f in p.forgetting.iter_mut() {
-                let name = f.name().to_string();
-                f.after_task(&mut tcx).map_err(|e| strategy_err(&name, e))?;
-            }
+            each_forgetting(&mut p.forgetting, (), |f, ()| f.after_task(&mut tcx))?;
         }
         meter.finish(&inner, &mut pr.memory.after_task);
         pr.timings.after_task_s += ta.elapsed().as_secs_f64();
