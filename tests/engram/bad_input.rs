@@ -45,6 +45,16 @@ fn cases() -> Vec<(String, String, &'static str)> {
             text: "[data]\ndataset = \"no-such-dataset\"\n[model]\ntype = \"mlp\"\n",
             expect: "registered datasets: fashion-mnist, mnist",
         },
+        Case {
+            name: "model_without_type",
+            text: "[data]\ndataset = \"fashion-mnist\"\n[model]\nhidden = [8]\n",
+            expect: "`engram list` shows the registered ones",
+        },
+        Case {
+            name: "plugin_missing",
+            text: "plugins = [\"nowhere/libx.so\"]\n[data]\ndataset = \"fashion-mnist\"\n[model]\ntype = \"mlp\"\n",
+            expect: ":1:11: plugin nowhere/libx.so: no such file (looked at /",
+        },
     ];
     let mut v: Vec<(String, String, &'static str)> = fixed
         .into_iter()

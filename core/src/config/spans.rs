@@ -142,6 +142,12 @@ pub fn did_you_mean<'a>(
 /// list of valid keys), the nearest value of an unknown variant, and how to write a value of
 /// the expected type.
 pub(crate) fn hint_for(message: &str) -> Option<String> {
+    if message.starts_with("missing field `type`") {
+        return Some(
+            "name the component with `type = \"…\"`; `engram list` shows the registered ones"
+                .into(),
+        );
+    }
     let quoted: Vec<&str> = message.split('`').skip(3).step_by(2).collect();
     if let Some(rest) = message.strip_prefix("unknown field `") {
         let field = rest.split('`').next()?;

@@ -54,7 +54,34 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     // Plugins named in the config (relative to the config file) join the caller's registry.
     let mut registry = registry.clone();
     for path in &c.plugins {
-        registry.load_plugin(&relative_to(&cfg.base_dir, path))?;
+        let resolved = relative_to(&cfg.base_dir, path);
+        registry.load_plugin(&resolved).map_err(|e| match e {
+            // A missing library named by the config: say where in the file, and where the
+            // relative path led.
+            Error::Plugin(crate::plugin::PluginError::Missing { .. }) => {
+                let (line, column) = cfg.position("plugins", "");
+                Error::Config {
+                    file: cfg.file.clone(),
+                    line,
+                    column,
+                    message: format!(
+                        "plugin {}: no such file (looked at {})",
+                        path.display(),
+                        std::path::absolute(&resolved)
+                            .unwrap_or_else(|_| resolved.clone())
+                            .display()
+                    ),
+                    hint: Some(
+                        "a path in `plugins` is relative to the config file's directory; build \
+                         plugins with `cargo build --release --workspace` (they land in \
+                         target/release/lib<name>.so); a run resumed after its plugin moved takes \
+                         the library again with `--plugin PATH`"
+                            .into(),
+                    ),
+                }
+            }
+            other => other,
+        })?;
     }
     let registry = &registry;
     let device = crate::device::select(&c.run.device)
