@@ -419,7 +419,7 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
         (
             "checkpoint",
             "interval",
-            "the model.s default segment length",
+            "the model's default segment length",
         ),
         (
             "anomaly",
