@@ -225,6 +225,7 @@ pub fn memory(
         BenchModel::Vit { depth, width } => engram_core::model::vit::build_vit(
             &engram_core::model::vit::VitShape {
                 side: 28,
+                channels: 1,
                 patch: 7,
                 dim: width,
                 depth,

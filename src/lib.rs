@@ -15,6 +15,7 @@
 //! ```
 
 pub mod bench;
+pub mod experiment;
 pub mod fetch;
 pub mod outdir;
 pub mod report;
@@ -23,6 +24,7 @@ pub mod sweep;
 
 pub use engram_core as core;
 pub use engram_strategies as strategies;
+pub use experiment::Experiment;
 
 /// The registry of every built-in component: engram-core's models and datasets plus the strategies crate's [`BUILTINS`](engram_strategies::BUILTINS).
 pub fn registry() -> engram_core::registry::Registry {

@@ -222,6 +222,28 @@ enum DataCommand {
         #[arg(long)]
         url: Option<String>,
     },
+    /// Write a dataset in a data format (to convert or inspect data): `idx`, `npy`, `csv`,
+    /// `image-folder` or a plugin's. The new directory also gets `dataset.toml` (class names,
+    /// shape, normalisation), so that `[data] format = F` with `path = DIR` reads back the same
+    /// dataset and a run on it gives the same accuracy matrix.
+    Export {
+        /// A registered dataset (`fashion-mnist`, `mnist`, a plugin's), or with `--from` the
+        /// display name of the data at `--path`.
+        name: String,
+        /// The format to write.
+        #[arg(long)]
+        format: String,
+        /// The directory to create (it must not exist; written atomically).
+        #[arg(long)]
+        out: PathBuf,
+        /// Where the dataset's files are (default: where a run looks for them).
+        #[arg(long)]
+        path: Option<PathBuf>,
+        /// Read `--path` in this format instead of a registered dataset (to convert, for
+        /// example, CSV to NPY).
+        #[arg(long, value_name = "FORMAT")]
+        from: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -368,6 +390,7 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 });
                 if let Some(m) = &matrix {
                     v["confusion"] = serde_json::json!(m);
+                    v["class_names"] = serde_json::json!(p.stream.dataset.class_names);
                 }
                 println!("{v}");
             } else {
@@ -397,7 +420,10 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     );
                 }
                 if let Some(m) = &matrix {
-                    print!("{}", engram::summary::confusion_table(m));
+                    print!(
+                        "{}",
+                        engram::summary::confusion_table(m, &p.stream.dataset.class_names)
+                    );
                 }
             }
             Ok(())
@@ -479,6 +505,30 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 for f in files {
                     println!("{}", f.display());
                 }
+            }
+            Ok(())
+        }
+        Command::Data {
+            command:
+                DataCommand::Export {
+                    name,
+                    format,
+                    out,
+                    path,
+                    from,
+                },
+        } => {
+            let ds = registry.read_data(name, from.as_deref(), path.as_deref())?;
+            let dir = registry.write_data(&ds, format, out)?;
+            if !cli.quiet {
+                println!(
+                    "{}: {} train and {} test samples of {} in {} classes, written as {format}",
+                    dir.display(),
+                    ds.train.len(),
+                    ds.test.len(),
+                    ds.input,
+                    ds.classes
+                );
             }
             Ok(())
         }

@@ -111,11 +111,16 @@ pub fn load_report(dir: &Path) -> Result<Report> {
         }
         Err(e) => return Err(Error::io(path, e)),
     };
-    let report: Report = serde_json::from_slice(&bytes).map_err(|e| Error::ConfigFile {
+    let mut report: Report = serde_json::from_slice(&bytes).map_err(|e| Error::ConfigFile {
         file: path.clone(),
         message: format!("not an engram report: {e}"),
         hint: None,
     })?;
+    if report.initial_accuracy.is_empty()
+        && let Some(b) = &report.random_init_accuracy
+    {
+        report.initial_accuracy.clone_from(b);
+    }
     if report.schema_version != SCHEMA_VERSION {
         return Err(Error::ConfigFile {
             file: path,
@@ -1205,6 +1210,7 @@ pub fn reference_markdown(registry: &Registry) -> String {
                 Kind::Scheduler => "Schedulers: `[[scheduler]]`",
                 Kind::Model => "Models: `[model]`",
                 Kind::Dataset => "Datasets: `[data] dataset`",
+                Kind::Format => "Data formats: `[data] format` with `path`",
             };
             let _ = write!(s, "\n## {title}\n");
             kind = Some(k);
@@ -1217,6 +1223,7 @@ pub fn reference_markdown(registry: &Registry) -> String {
         let header = match k {
             Kind::Model => format!("[model]\ntype = \"{}\"", reg.name),
             Kind::Dataset => format!("[data]\ndataset = \"{}\"", reg.name),
+            Kind::Format => format!("[data]\nformat = \"{}\"\npath = \"DIR\"", reg.name),
             _ => format!("[[{}]]\ntype = \"{}\"", k.list(), reg.name),
         };
         let _ = write!(

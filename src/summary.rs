@@ -103,9 +103,11 @@ pub fn aggregate_table(agg: &serde_json::Value) -> String {
 
 /// A confusion matrix `[classes][classes]` (row: true class, column: predicted class, in
 /// samples) as a table, with each class's recall (the diagonal over the row's total, percent)
-/// and, for each class, the class it is most often mistaken for. Classes without samples are
-/// left out.
-pub fn confusion_table(m: &[Vec<u64>]) -> String {
+/// and, for each class, the class it is most often mistaken for, both named by `names` (the
+/// dataset's class names, by label; a missing name prints the label alone). Classes without
+/// samples are left out.
+pub fn confusion_table(m: &[Vec<u64>], names: &[String]) -> String {
+    let name = |c: usize| names.get(c).filter(|n| **n != c.to_string());
     let mut s = String::new();
     let rows: Vec<usize> = (0..m.len())
         .filter(|&c| m[c].iter().sum::<u64>() > 0)
@@ -114,7 +116,7 @@ pub fn confusion_table(m: &[Vec<u64>]) -> String {
     for c in 0..m.len() {
         let _ = write!(s, " {c:>5}");
     }
-    let _ = writeln!(s, "  recall  mostly mistaken for");
+    let _ = writeln!(s, "  recall  mostly mistaken for   class");
     for &c in &rows {
         let total: u64 = m[c].iter().sum();
         let _ = write!(s, "  {c:>4}");
@@ -126,12 +128,20 @@ pub fn confusion_table(m: &[Vec<u64>]) -> String {
             .filter(|&k| k != c && m[c][k] > 0)
             .max_by_key(|&k| (m[c][k], std::cmp::Reverse(k)));
         let _ = write!(s, "  {:5.1} %", recall * 100.0);
-        match worst {
-            Some(k) => {
-                let _ = writeln!(s, "  {k} ({:.1} %)", m[c][k] as f64 / total as f64 * 100.0);
+        let mistaken = match worst {
+            Some(k) => format!(
+                "{k}{} ({:.1} %)",
+                name(k).map(|n| format!(" {n}")).unwrap_or_default(),
+                m[c][k] as f64 / total as f64 * 100.0
+            ),
+            None => "–".into(),
+        };
+        match name(c) {
+            Some(n) => {
+                let _ = writeln!(s, "  {mistaken:<20}  {n}");
             }
             None => {
-                let _ = writeln!(s, "  –");
+                let _ = writeln!(s, "  {mistaken}");
             }
         }
     }
@@ -146,7 +156,7 @@ mod tests {
     fn confusion_table_by_hand() {
         // Class 0: 3 right, 1 taken for class 1; class 1: all right; class 2: no samples.
         let m = vec![vec![3, 1, 0], vec![0, 2, 0], vec![0, 0, 0]];
-        let t = confusion_table(&m);
+        let t = confusion_table(&m, &[]);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4, "{t}");
         assert!(
@@ -155,5 +165,13 @@ mod tests {
         );
         assert!(lines[2].ends_with("75.0 %  1 (25.0 %)"), "{t}");
         assert!(lines[3].ends_with("100.0 %  –"), "{t}");
+        // With the dataset's class names, both the row and its worst confusion are named.
+        let names = ["cat", "dog", "eel"].map(String::from);
+        let t = confusion_table(&m, &names);
+        let row = t.lines().nth(2).unwrap();
+        assert!(
+            row.contains("75.0 %  1 dog (25.0 %)") && row.ends_with("  cat"),
+            "{t}"
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! What a component is, below both the registry and the plugin loader (each uses it; neither
-//! uses the other's internals through it): the five [`Kind`]s, the [`Factory`] of each, the
+//! uses the other's internals through it): the six [`Kind`]s, the [`Factory`] of each, the
 //! [`Registration`] a built-in list or a plugin hands over, and the [`registration!`](crate::registration)
 //! macro that writes one.
 
@@ -22,7 +22,8 @@ pub struct BuildContext {
     pub seed: u64,
 }
 
-/// The kinds of registered component: three kinds of strategy, models and datasets.
+/// The kinds of registered component: three kinds of strategy, models, datasets and data
+/// formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
@@ -36,20 +37,24 @@ pub enum Kind {
     Model,
     /// A dataset (`[data] dataset`).
     Dataset,
+    /// A data format (`[data] format`): reads a directory of files into a dataset, and writes
+    /// one (`engram data export`).
+    Format,
 }
 
 impl Kind {
     /// Every kind, in registry order.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Forgetting,
         Kind::Memory,
         Kind::Scheduler,
         Kind::Model,
         Kind::Dataset,
+        Kind::Format,
     ];
 
     /// The config table this kind lives in (`forgetting`, `memory`, `scheduler`, `model`,
-    /// `dataset`).
+    /// `dataset`, `format`).
     pub fn list(self) -> &'static str {
         match self {
             Kind::Forgetting => "forgetting",
@@ -57,6 +62,7 @@ impl Kind {
             Kind::Scheduler => "scheduler",
             Kind::Model => "model",
             Kind::Dataset => "dataset",
+            Kind::Format => "format",
         }
     }
 
@@ -68,6 +74,7 @@ impl Kind {
             Kind::Scheduler => "scheduler",
             Kind::Model => "model",
             Kind::Dataset => "dataset",
+            Kind::Format => "data format",
         }
     }
 }
@@ -90,6 +97,19 @@ pub type ModelFactory = fn(
 /// Loads a dataset from what `[data]` says ([`crate::data::DatasetRequest`]).
 pub type DatasetFactory = fn(&crate::data::DatasetRequest<'_>) -> Result<crate::data::Dataset>;
 
+/// Writes a dataset into a new directory in a format (`engram data export`): the directory
+/// does not exist yet and is the writer's alone (the caller renames it into place).
+pub type DatasetWriter = fn(&crate::data::Dataset, &std::path::Path) -> Result<()>;
+
+/// A data format's reader and writer.
+#[derive(Clone, Copy)]
+pub struct FormatFns {
+    /// Reads `DatasetRequest::path` (always given for a format).
+    pub read: DatasetFactory,
+    /// Writes a dataset so that `read` gives it back.
+    pub write: DatasetWriter,
+}
+
 /// A factory: decodes parameters and builds the component.
 #[derive(Clone, Copy)]
 pub enum Factory {
@@ -103,6 +123,8 @@ pub enum Factory {
     Model(ModelFactory),
     /// Loads a dataset.
     Dataset(DatasetFactory),
+    /// Reads and writes a data format.
+    Format(FormatFns),
 }
 
 impl Factory {
@@ -114,6 +136,7 @@ impl Factory {
             Factory::Scheduler(_) => Kind::Scheduler,
             Factory::Model(_) => Kind::Model,
             Factory::Dataset(_) => Kind::Dataset,
+            Factory::Format(_) => Kind::Format,
         }
     }
 }
@@ -130,6 +153,40 @@ pub struct Registration {
     pub defaults: fn() -> toml::Table,
     /// The factory.
     pub factory: Factory,
+}
+
+/// A registered component's parameters, by value: what a Rust program hands the library's
+/// builder (`engram::Experiment`) instead of TOML text. The builder writes them into the run's
+/// config (`type = NAME` and the serialised keys), so the run is recorded, checked and resumed as
+/// a config-file run is.
+pub trait Component: Serialize {
+    /// The kind it is registered as.
+    const KIND: Kind;
+    /// The registered name (`type = "…"`).
+    const NAME: &'static str;
+}
+
+/// Implements [`Component`] for a parameter type: `component!(EwcParams, forgetting "ewc");`.
+#[macro_export]
+macro_rules! component {
+    ($params:ty, forgetting $name:literal) => {
+        $crate::component!(@ $params, Forgetting, $name);
+    };
+    ($params:ty, memory $name:literal) => {
+        $crate::component!(@ $params, Memory, $name);
+    };
+    ($params:ty, scheduler $name:literal) => {
+        $crate::component!(@ $params, Scheduler, $name);
+    };
+    ($params:ty, model $name:literal) => {
+        $crate::component!(@ $params, Model, $name);
+    };
+    (@ $params:ty, $kind:ident, $name:literal) => {
+        impl $crate::component::Component for $params {
+            const KIND: $crate::component::Kind = $crate::component::Kind::$kind;
+            const NAME: &'static str = $name;
+        }
+    };
 }
 
 /// Serialises a parameter struct's defaults into a TOML table (for [`Registration::defaults`]).
@@ -164,6 +221,17 @@ macro_rules! registration {
     };
     (dataset $name:literal, $summary:literal, $params:ty, $build:path) => {
         $crate::registration!(@ Dataset $name, $summary, $params, $build)
+    };
+    (format $name:literal, $summary:literal, $params:ty, $read:path, $write:path) => {
+        $crate::component::Registration {
+            name: $name,
+            summary: $summary,
+            defaults: $crate::component::defaults_table::<$params>,
+            factory: $crate::component::Factory::Format($crate::component::FormatFns {
+                read: $read,
+                write: $write,
+            }),
+        }
     };
     (@ $variant:ident $name:literal, $summary:literal, $params:ty, $build:path) => {
         $crate::component::Registration {

@@ -219,6 +219,17 @@ pub enum Error {
         #[source]
         source: IdxError,
     },
+    /// A data file of a `[data] format` (NPY, CSV, an image, `dataset.toml`) is malformed or
+    /// does not fit the others.
+    #[error("{}: {format}: {reason}", path.display())]
+    DataFile {
+        /// The file (or directory).
+        path: PathBuf,
+        /// The format being read or written (`npy`, `csv`, `image-folder`, `idx`).
+        format: &'static str,
+        /// What is wrong, and how to fix it where that is known.
+        reason: String,
+    },
     /// Bad command-line arguments that clap cannot check (for example `--batch 0`).
     #[error("{0}")]
     Usage(String),
@@ -292,6 +303,7 @@ impl Error {
             | Error::ConfigFile { .. }
             | Error::DatasetMissing { .. }
             | Error::Idx { .. }
+            | Error::DataFile { .. }
             | Error::Data(_)
             | Error::Usage(_)
             | Error::MemoryBudget(_)

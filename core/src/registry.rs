@@ -77,6 +77,8 @@ pub struct Registry {
     /// (the same SHA-256, given with `--plugin` after the library moved): loading one of them
     /// is a no-op ([`Registry::stand_in_for`]).
     stand_ins: Vec<std::path::PathBuf>,
+    /// Datasets a program holds in memory ([`Registry::provide`]), by name.
+    provided: Vec<Arc<crate::data::Dataset>>,
 }
 
 /// `p` made absolute with `.` and `..` removed lexically (the file may be gone, so
@@ -120,6 +122,29 @@ impl Registry {
             }
         }
         self
+    }
+
+    /// Makes `dataset`, held in memory by the program, the data of every config whose `[data]
+    /// dataset` is its name (and has no `format`): the library's way to train on data that is
+    /// no file. A run on it resumes through a registry that provides the same dataset again
+    /// ([`crate::train::trainer::resume`]); the `engram` binary cannot resume it (it does not
+    /// have the data). A dataset provided under a name already provided replaces it.
+    ///
+    /// # Errors
+    /// [`Error::Data`] when the dataset breaks its contract ([`check_dataset`]).
+    pub fn provide(&mut self, dataset: crate::data::Dataset) -> Result<()> {
+        check_dataset(&dataset)?;
+        self.provided.retain(|d| d.name != dataset.name);
+        self.provided.push(Arc::new(dataset));
+        Ok(())
+    }
+
+    /// The provided dataset `[data]` names, when it names one.
+    fn provided_for(&self, d: &crate::config::DataConfig) -> Option<&Arc<crate::data::Dataset>> {
+        if d.format.is_some() {
+            return None;
+        }
+        self.provided.iter().find(|p| p.name == d.dataset)
     }
 
     /// Adds a built-in entry.
@@ -265,6 +290,11 @@ impl Registry {
                  (`plugins = [\"lib.so\"]` or `--plugin PATH`)",
                 names.join(", ")
             ));
+            if kind == Kind::Dataset {
+                hint.push_str(
+                    "; a dataset a program held in memory (`Experiment::dataset`, `Registry::provide`) is resumed by that program (`Experiment::resume`)",
+                );
+            }
             Error::Config {
                 file: cfg.file.clone(),
                 line,
@@ -287,12 +317,9 @@ impl Registry {
     pub fn check_names(&self, cfg: &LoadedConfig) -> Result<()> {
         self.model_entry(cfg)?;
         let c = &cfg.config;
-        self.lookup_at(
-            cfg,
-            Kind::Dataset,
-            cfg.position("data", "dataset"),
-            &c.data.dataset,
-        )?;
+        if self.provided_for(&c.data).is_none() {
+            self.data_entry(cfg)?;
+        }
         let lists = [
             (
                 Kind::Forgetting,
@@ -351,30 +378,168 @@ impl Registry {
         }
     }
 
-    /// Loads the `[data] dataset` of `cfg`, `path` being `[data] path` resolved against the
-    /// config's directory.
+    /// The entry `[data]` names: its `format` when it has one, else its `dataset`.
     ///
     /// # Errors
-    /// A positioned [`Error::Config`] for an unknown dataset, the factory's errors
-    /// ([`Error::DatasetMissing`], [`Error::Idx`], …), or [`Error::Plugin`] when a plugin's
-    /// factory panicked.
+    /// A positioned [`Error::Config`] for an unknown name, a format without `path`, or neither
+    /// `dataset` nor `format`.
+    pub fn data_entry(&self, cfg: &LoadedConfig) -> Result<&Entry> {
+        let d = &cfg.config.data;
+        match &d.format {
+            Some(f) => {
+                if d.path.is_none() {
+                    return Err(cfg.error_at(
+                        "data",
+                        "format",
+                        format!("`format = \"{f}\"` reads the directory `path` names, and there is no `path`"),
+                        Some("add `path = \"DIR\"` (relative to this file) to [data]".into()),
+                    ));
+                }
+                self.lookup_at(cfg, Kind::Format, cfg.position("data", "format"), f)
+            }
+            None if d.dataset.is_empty() => Err(cfg.error_at(
+                "data",
+                "dataset",
+                "[data] names no data: give `dataset` (a registered dataset) or `format` with `path`".into(),
+                Some(format!(
+                    "for example `dataset = \"fashion-mnist\"`, or `format = \"npy\"` and `path = \"DIR\"`; registered: {}",
+                    self.names(Kind::Dataset).join(", ")
+                )),
+            )),
+            None => self.lookup_at(cfg, Kind::Dataset, cfg.position("data", "dataset"), &d.dataset),
+        }
+    }
+
+    /// Loads the data of `cfg`'s `[data]` (its `format` reading `path`, or its registered
+    /// `dataset`), `path` being `[data] path` resolved against the config's directory, and
+    /// applies `[data] shape`, `mean` and `std`.
+    ///
+    /// # Errors
+    /// A positioned [`Error::Config`] for an unknown dataset or format and for a `shape`,
+    /// `mean` or `std` that does not fit the data; the factory's errors
+    /// ([`Error::DatasetMissing`], [`Error::Idx`], [`Error::DataFile`], …), or [`Error::Plugin`]
+    /// when a plugin's factory panicked.
     pub fn load_dataset(
         &self,
         cfg: &LoadedConfig,
         path: Option<&Path>,
     ) -> Result<crate::data::Dataset> {
-        let name = &cfg.config.data.dataset;
-        let entry = self.lookup_at(cfg, Kind::Dataset, cfg.position("data", "dataset"), name)?;
-        let Factory::Dataset(f) = entry.registration.factory else {
-            unreachable!("a dataset entry")
+        let d = &cfg.config.data;
+        let mut ds = match self.provided_for(d) {
+            Some(ds) => (**ds).clone(),
+            None => read_entry(self.data_entry(cfg)?, &d.dataset, path)?,
         };
-        let req = crate::data::DatasetRequest { name, path };
-        let ds = match &entry.library {
-            None => f(&req)?,
-            Some(lib) => crate::plugin::guarded_build(lib, entry.registration.name, || f(&req))?,
-        };
-        check_dataset(&ds)?;
+        if let Some(dims) = &d.shape {
+            match crate::data::format::shape_of(dims) {
+                Some(s) if s.features() == ds.input.features() => ds.input = s,
+                _ => {
+                    return Err(cfg.error_at(
+                        "data",
+                        "shape",
+                        format!(
+                            "shape {dims:?} does not hold the {} values of a sample of `{}` ({})",
+                            ds.input.features(),
+                            ds.name,
+                            ds.input
+                        ),
+                        Some("give [channels, height, width] or [features] with the same number of values".into()),
+                    ));
+                }
+            }
+        }
+        match (&d.mean, &d.std) {
+            (None, None) => {}
+            (Some(m), Some(s)) => {
+                crate::data::format::check_normalization(m, s, ds.input)
+                    .map_err(|e| cfg.error_at("data", "mean", e, None))?;
+                for split in [&mut ds.train, &mut ds.test] {
+                    split.mean.clone_from(m);
+                    split.std.clone_from(s);
+                }
+            }
+            (m, _) => {
+                return Err(cfg.error_at(
+                    "data",
+                    if m.is_some() { "mean" } else { "std" },
+                    "give both `mean` and `std`, or neither".into(),
+                    None,
+                ));
+            }
+        }
+        if let Err(e) =
+            crate::data::format::check_normalization(&ds.train.mean, &ds.train.std, ds.input)
+        {
+            return Err(cfg.error_at(
+                "data",
+                "shape",
+                format!(
+                    "the normalisation of `{}` does not fit its samples ({}): {e}",
+                    ds.name, ds.input
+                ),
+                Some("give `mean` and `std` per channel of the new shape".into()),
+            ));
+        }
         Ok(ds)
+    }
+
+    /// Reads a dataset outside a config (`engram data export`): the registered dataset `name`
+    /// (from `path` when given), or with `format` the data at `path` (`name` being its display
+    /// name, may be empty).
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for an unknown dataset or format (with the nearest name); the factory's
+    /// errors.
+    pub fn read_data(
+        &self,
+        name: &str,
+        format: Option<&str>,
+        path: Option<&Path>,
+    ) -> Result<crate::data::Dataset> {
+        let (kind, wanted) = match format {
+            Some(f) => (Kind::Format, f),
+            None => (Kind::Dataset, name),
+        };
+        let entry = self
+            .get(kind, wanted)
+            .ok_or_else(|| self.unknown(kind, wanted))?;
+        read_entry(entry, name, path)
+    }
+
+    /// Writes `ds` in the registered format `format` into the new directory `out`, atomically
+    /// ([`crate::data::format::export`]).
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for an unknown format or an existing `out`; the writer's errors.
+    pub fn write_data(
+        &self,
+        ds: &crate::data::Dataset,
+        format: &str,
+        out: &Path,
+    ) -> Result<std::path::PathBuf> {
+        let entry = self
+            .get(Kind::Format, format)
+            .ok_or_else(|| self.unknown(Kind::Format, format))?;
+        let Factory::Format(fns) = entry.registration.factory else {
+            unreachable!("a format entry")
+        };
+        match &entry.library {
+            None => crate::data::format::export(ds, out, fns.write),
+            Some(lib) => crate::plugin::guarded_build(lib, entry.registration.name, || {
+                crate::data::format::export(ds, out, fns.write)
+            }),
+        }
+    }
+
+    fn unknown(&self, kind: Kind, name: &str) -> Error {
+        let names = self.names(kind);
+        let near = did_you_mean(name, names.iter().copied())
+            .map(|s| format!("did you mean `{s}`? "))
+            .unwrap_or_default();
+        Error::Usage(format!(
+            "unknown {} `{name}`\n  hint: {near}registered: {}",
+            kind.noun(),
+            names.join(", ")
+        ))
     }
 
     /// Builds every `[[forgetting]]` entry of `cfg`.
@@ -469,6 +634,23 @@ impl Registry {
     }
 }
 
+/// Runs a dataset or format entry's reader (a plugin's with its panics caught) and checks
+/// what it returned ([`check_dataset`]).
+fn read_entry(entry: &Entry, name: &str, path: Option<&Path>) -> Result<crate::data::Dataset> {
+    let f = match entry.registration.factory {
+        Factory::Dataset(f) => f,
+        Factory::Format(fns) => fns.read,
+        _ => unreachable!("a dataset or format entry"),
+    };
+    let req = crate::data::DatasetRequest { name, path };
+    let ds = match &entry.library {
+        None => f(&req)?,
+        Some(lib) => crate::plugin::guarded_build(lib, entry.registration.name, || f(&req))?,
+    };
+    check_dataset(&ds)?;
+    Ok(ds)
+}
+
 /// Checks what a dataset factory returned against the [`crate::data::Dataset`] contract, so
 /// that a plugin's mistake is a message instead of a panic in the trainer: both splits have
 /// `input.features()` values per sample and one label per sample below `classes`, and there
@@ -479,9 +661,9 @@ impl Registry {
 pub fn check_dataset(ds: &crate::data::Dataset) -> Result<()> {
     let f = ds.input.features();
     let bad = |m: String| Err(Error::Data(format!("dataset `{}`: {m}", ds.name)));
-    if f == 0 || ds.classes == 0 || ds.classes > 256 {
+    if f == 0 || ds.classes == 0 {
         return bad(format!(
-            "{} features and {} classes (each must be at least 1, classes at most 256)",
+            "{} features and {} classes (each must be at least 1)",
             f, ds.classes
         ));
     }
@@ -493,16 +675,20 @@ pub fn check_dataset(ds: &crate::data::Dataset) -> Result<()> {
         ));
     }
     for (what, split) in [("train", &ds.train), ("test", &ds.test)] {
-        if split.features != f || split.images.len() != split.labels.len() * f {
+        if split.features != f || split.values.len() != split.labels.len() * f {
             return bad(format!(
                 "the {what} split has {} values for {} samples of {} features ({})",
-                split.images.len(),
+                split.values.len(),
                 split.labels.len(),
                 split.features,
                 ds.input
             ));
         }
-        if let Some(l) = split.labels.iter().find(|&&l| usize::from(l) >= ds.classes) {
+        if let Err(e) = crate::data::format::check_normalization(&split.mean, &split.std, ds.input)
+        {
+            return bad(format!("the {what} split's normalisation: {e}"));
+        }
+        if let Some(l) = split.labels.iter().find(|&&l| l as usize >= ds.classes) {
             return bad(format!(
                 "the {what} split has label {l}, outside 0..{}",
                 ds.classes

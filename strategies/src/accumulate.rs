@@ -144,6 +144,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
 
 /// The registration of `accumulate`.
 pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "accumulate", "gradient accumulation: run a batch as micro-batches and sum their gradients", AccumulateParams, build);
+engram_core::component!(AccumulateParams, memory "accumulate");
 
 #[cfg(test)]
 mod tests {

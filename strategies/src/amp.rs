@@ -254,6 +254,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
 
 /// The registration of `amp`.
 pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "amp", "mixed precision (f16/bf16 compute, f32 master weights) with dynamic loss scaling", AmpParams, build);
+engram_core::component!(AmpParams, memory "amp");
 
 #[cfg(test)]
 mod tests {

@@ -277,6 +277,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
 
 /// The registration of `budget`.
 pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "budget", "fit a step into a memory budget: choose the checkpoint interval and micro-batch size by probe steps", BudgetParams, build);
+engram_core::component!(BudgetParams, memory "budget");
 
 #[cfg(test)]
 mod tests {

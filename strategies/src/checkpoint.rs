@@ -205,6 +205,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
 
 /// The registration of `checkpoint`.
 pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "checkpoint", "hybrid (segment) gradient checkpointing: keep segment inputs, recompute in backward", CheckpointParams, build);
+engram_core::component!(CheckpointParams, memory "checkpoint");
 
 #[cfg(test)]
 mod tests {
@@ -334,6 +335,7 @@ mod vit_tests {
         let mut r = engram_core::rng::stream(1, "init", 0, 0);
         let shape = VitShape {
             side: 28,
+            channels: 1,
             patch: 7,
             dim: 16,
             depth: 4,
@@ -397,7 +399,14 @@ mod cnn_tests {
     fn model(d: &Device) -> Model {
         d.seed(4);
         let mut r = engram_core::rng::stream(2, "init", 0, 0);
-        build_cnn(28, &[4, 6], 10, &mut r, d)
+        build_cnn(
+            [1, 28, 28],
+            &[4, 6],
+            engram_core::model::cnn::CnnHead::Flatten,
+            10,
+            &mut r,
+            d,
+        )
     }
 
     fn running_mean(m: &Model) -> Vec<f32> {
@@ -488,7 +497,14 @@ mod cnn_tests {
         let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let d = Device::flex();
         let mut r = engram_core::rng::stream(0, "init", 0, 0);
-        let cnn = engram_core::model::cnn::build_cnn(8, &[2, 2], 3, &mut r, &d);
+        let cnn = engram_core::model::cnn::build_cnn(
+            [1, 8, 8],
+            &[2, 2],
+            engram_core::model::cnn::CnnHead::Flatten,
+            3,
+            &mut r,
+            &d,
+        );
         let mlp = engram_core::model::mlp::build_mlp(
             4,
             &[3, 3, 3, 3, 3, 3, 3],

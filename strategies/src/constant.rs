@@ -29,3 +29,4 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>> {
 
 /// The registration of `constant`.
 pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(scheduler "constant", "constant learning rate and strengths; evaluate every task after every task", ConstantParams, build);
+engram_core::component!(ConstantParams, scheduler "constant");

@@ -169,6 +169,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
 
 /// The registration of `ema`.
 pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "ema", "weight averaging: each task ends with an exponential moving average of its weights (evaluated, checkpointed, handed to the other strategies)", EmaParams, build);
+engram_core::component!(EmaParams, forgetting "ema");
 
 #[cfg(test)]
 mod tests {

@@ -602,6 +602,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
 
 /// The registration of `ewc`.
 pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "ewc", "Elastic Weight Consolidation: diagonal-Fisher penalty towards past solutions (layered importance, dynamic λ)", EwcParams, build);
+engram_core::component!(EwcParams, forgetting "ewc");
 
 #[cfg(test)]
 mod tests {

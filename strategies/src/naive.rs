@@ -29,6 +29,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
 
 /// The registration of `naive`.
 pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "naive", "fine-tune on each task with nothing against forgetting (the lower bound)", NaiveParams, build);
+engram_core::component!(NaiveParams, forgetting "naive");
 
 #[cfg(test)]
 mod tests {

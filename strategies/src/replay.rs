@@ -1165,6 +1165,7 @@ pub const REGISTRATION: Registration = Registration {
     defaults,
     factory: Factory::Forgetting(build),
 };
+engram_core::component!(ReplayParams, forgetting "replay");
 
 #[cfg(test)]
 mod tests {
@@ -1461,13 +1462,13 @@ mod tests {
     fn toy_stream() -> Stream {
         let split = |per: usize| {
             let n = 10 * per;
-            Split {
-                images: (0..n * 4).map(|i| (i % 251) as u8).collect(),
-                labels: (0..n).map(|i| (i % 10) as u8).collect(),
-                features: 4,
-                mean: 0.0,
-                std: 1.0,
-            }
+            Split::bytes(
+                (0..n * 4).map(|i| (i % 251) as u8).collect(),
+                (0..n).map(|i| (i % 10) as u32).collect(),
+                4,
+                0.0,
+                1.0,
+            )
         };
         let ds = Dataset::new(
             "toy",

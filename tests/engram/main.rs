@@ -8,6 +8,7 @@ mod book;
 mod corrupt_data;
 mod e2e;
 mod fetch;
+mod formats;
 mod memory;
 mod outdir;
 mod plugins;

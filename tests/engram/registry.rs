@@ -120,7 +120,7 @@ fn extension_kinds_take_one_file_and_one_line() {
             .iter()
             .filter(|(p, list)| {
                 (*p == home && list.contains(&lit))
-                    || [" ", "[", "\n"]
+                    || [" ", "[", "\n", "::"]
                         .iter()
                         .any(|b| list.contains(&format!("{b}{module}::")))
             })

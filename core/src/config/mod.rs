@@ -77,12 +77,31 @@ pub enum EvalSplit {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
-    /// `fashion-mnist` or `mnist`.
+    /// A registered dataset (`fashion-mnist`, `mnist`, a plugin's); with `format`, only the
+    /// data's display name (default: the directory's name). Required without `format`.
+    #[serde(default)]
     pub dataset: String,
-    /// A directory holding the four IDX files; else `$ENGRAM_DATA/<dataset>/`, then
-    /// `/usr/share/datasets/<dataset>/`. Relative to the config file.
+    /// A data format reading `path`: `idx`, `npy`, `csv`, `image-folder` or a plugin's
+    /// ([`crate::data::format`]). Default: none (`dataset` names a registered dataset).
+    #[serde(default)]
+    pub format: Option<String>,
+    /// The data's directory (or `.npz` file), relative to the config file. Required with
+    /// `format`; for a registered dataset the directory holding its files, else
+    /// `$ENGRAM_DATA/<dataset>/`, then `/usr/share/datasets/<dataset>/`.
     #[serde(default)]
     pub path: Option<PathBuf>,
+    /// The normalisation's per-channel (or single) mean after scaling bytes to `[0, 1]`,
+    /// replacing the dataset's own (its `dataset.toml`, or the training split's statistics).
+    #[serde(default)]
+    pub mean: Option<Vec<f32>>,
+    /// The normalisation's standard deviations, as many as `mean`, each > 0.
+    #[serde(default)]
+    pub std: Option<Vec<f32>>,
+    /// One sample's shape, `[channels, height, width]` or `[features]`, replacing the
+    /// dataset's (a CSV row of 784 values becomes `[1, 28, 28]`); it must hold the same number
+    /// of values.
+    #[serde(default)]
+    pub shape: Option<Vec<usize>>,
     /// The scenario. Default `class-incremental`.
     #[serde(default = "default_scenario")]
     pub scenario: Scenario,
@@ -125,9 +144,25 @@ pub struct ModelConfig {
     /// The registered model's name.
     #[serde(rename = "type")]
     pub kind: String,
+    /// A safetensors file whose tensors initialise the model before the stream starts
+    /// (pretrained weights; relative to the config file). Default: none, the seeded random
+    /// initialisation ([`crate::model::init`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<PathBuf>,
+    /// The tensor layout of `init`: `burn` (default, what `engram export` writes) or
+    /// `pytorch` (a `state_dict`: `Linear` weights `[d_out, d_in]`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub init_layout: crate::model::init::InitLayout,
+    /// Renames of `init`'s tensor names, `[[regex, replacement], …]`, applied in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub init_remap: Vec<[String; 2]>,
     /// The model's own keys, as written.
     #[serde(flatten)]
     pub params: toml::Table,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// The optimiser family (burn-optim).

@@ -24,7 +24,8 @@ impl ParamSource {
         }
     }
 
-    /// Decodes this entry's keys (all but `type`) into `T`.
+    /// Decodes this entry's keys (all but `type`, and for `[model]` the `init` keys of
+    /// [`crate::model::init::KEYS`]) into `T`.
     ///
     /// # Errors
     /// [`Error::Config`] with the key's line and column for unknown keys and wrong types.
@@ -47,7 +48,10 @@ impl ParamSource {
         };
         let table: DeTable<'_> = table
             .into_iter()
-            .filter(|(k, _)| k.get_ref().as_ref() != "type")
+            .filter(|(k, _)| {
+                let k = k.get_ref().as_ref();
+                k != "type" && !(self.list == "model" && crate::model::init::KEYS.contains(&k))
+            })
             .collect();
         // No strategy key takes NaN or an infinity (`nan`, `inf`, `1e400`): one check for every
         // strategy, built-in or plugin, so that a non-finite value can never switch a comparison

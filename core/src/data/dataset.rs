@@ -8,8 +8,8 @@
 //! Each directory must hold `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
 //! `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte`, each raw or with `.gz`.
 
-use super::idx::read_idx;
-use crate::error::{Error, IdxError, Result};
+use super::format::idx::file_in;
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// An IDX dataset of the MNIST family: where to find and verify its files, and its
@@ -117,25 +117,93 @@ pub fn spec(name: &str) -> Result<&'static DatasetSpec> {
     })
 }
 
+/// The stored values of a split, row-major `[n, features]`.
+///
+/// Bytes are pixels (IDX, 8-bit images, integer CSV cells in 0–255) and are scaled to `[0, 1]`
+/// by `1/255` before normalisation; floats are taken as they are. Bytes keep a quarter of the
+/// memory of `f32`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Values {
+    /// 8-bit values, scaled by `1/255`.
+    U8(Vec<u8>),
+    /// 32-bit floats, unscaled.
+    F32(Vec<f32>),
+}
+
+impl Values {
+    /// Number of values (`n · features`).
+    pub fn len(&self) -> usize {
+        match self {
+            Values::U8(v) => v.len(),
+            Values::F32(v) => v.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The factor that takes a stored value to the scale normalisation works on: `1/255` for
+    /// bytes, 1 for floats.
+    pub fn scale(&self) -> f32 {
+        match self {
+            Values::U8(_) => 1.0 / 255.0,
+            Values::F32(_) => 1.0,
+        }
+    }
+
+    /// Value `k`, scaled ([`Values::scale`]).
+    pub fn scaled(&self, k: usize) -> f32 {
+        match self {
+            Values::U8(v) => f32::from(v[k]) / 255.0,
+            Values::F32(v) => v[k],
+        }
+    }
+
+    /// The element type's name, as in NumPy (`uint8`, `float32`).
+    pub fn dtype(&self) -> &'static str {
+        match self {
+            Values::U8(_) => "uint8",
+            Values::F32(_) => "float32",
+        }
+    }
+}
+
 /// One split (train or test) as contiguous arrays.
 ///
-/// Pixels stay bytes (a quarter of the memory of `f32`); [`Split::normalized_row`] turns a row
-/// into the model's input `(x/255 − mean)/std` when a batch is gathered.
+/// [`Split::normalized_row`] turns a row into the model's input `(x·s − mean[g])/std[g]` when a
+/// batch is gathered, `s` being [`Values::scale`] and `g` the normalisation group of the value:
+/// with one `mean`/`std` every value shares it; with one per channel (the usual case, CHW
+/// layout) value `k` of `features` belongs to channel `k / (features / channels)`.
 #[derive(Clone, Debug)]
 pub struct Split {
-    /// Raw pixels, row-major `[n, features]`.
-    pub images: Vec<u8>,
-    /// Per-pixel mean after scaling to `[0, 1]`.
-    pub mean: f32,
-    /// Per-pixel standard deviation after scaling to `[0, 1]`.
-    pub std: f32,
-    /// Class labels `[n]`.
-    pub labels: Vec<u8>,
-    /// Features per sample (784 for 28×28).
+    /// The values, row-major `[n, features]` (images in CHW order).
+    pub values: Values,
+    /// Class labels `[n]`, each below the dataset's `classes`.
+    pub labels: Vec<u32>,
+    /// Values per sample (784 for 28×28 gray, 3072 for 3×32×32).
     pub features: usize,
+    /// Mean of each normalisation group after scaling; 1 entry, or one per channel (each
+    /// group is `features / mean.len()` consecutive values).
+    pub mean: Vec<f32>,
+    /// Standard deviation of each group after scaling, each > 0; as many as `mean`.
+    pub std: Vec<f32>,
 }
 
 impl Split {
+    /// A split of 8-bit values normalised by one `mean` and `std` (after scaling by `1/255`):
+    /// `pixels` is `[labels.len(), features]`.
+    pub fn bytes(pixels: Vec<u8>, labels: Vec<u32>, features: usize, mean: f32, std: f32) -> Self {
+        Self {
+            values: Values::U8(pixels),
+            labels,
+            features,
+            mean: vec![mean],
+            std: vec![std],
+        }
+    }
+
     /// Number of samples.
     pub fn len(&self) -> usize {
         self.labels.len()
@@ -146,24 +214,110 @@ impl Split {
         self.labels.is_empty()
     }
 
-    /// Sample `i`'s raw pixels, `[features]`.
-    pub fn row(&self, i: usize) -> &[u8] {
-        &self.images[i * self.features..(i + 1) * self.features]
+    /// Sample `i`'s raw bytes, `[features]`, when the values are bytes.
+    pub fn row(&self, i: usize) -> Option<&[u8]> {
+        match &self.values {
+            Values::U8(v) => Some(&v[i * self.features..(i + 1) * self.features]),
+            Values::F32(_) => None,
+        }
     }
 
-    /// Sample `i`'s normalised pixels `(x/255 − mean)/std` appended to `out`, in the order
-    /// `perm` gives (`out[k] = x[perm[k]]`) when there is one.
-    pub fn normalized_row(&self, i: usize, perm: Option<&[u32]>, out: &mut Vec<f32>) {
-        let row = self.row(i);
-        let scale = 1.0 / (255.0 * self.std);
-        let shift = self.mean / self.std;
-        match perm {
-            Some(p) => out.extend(
-                p.iter()
-                    .map(|&j| f32::from(row[j as usize]) * scale - shift),
-            ),
-            None => out.extend(row.iter().map(|&x| f32::from(x) * scale - shift)),
+    /// Each group's `(a, b)` with `normalised = stored·a − b`: `a = s/std`, `b = mean/std`
+    /// (`s` = [`Values::scale`]), written as `1/(255·std)` for bytes so that the arithmetic is
+    /// the same whatever the group count.
+    pub fn coefficients(&self) -> Vec<(f32, f32)> {
+        let base = match self.values {
+            Values::U8(_) => 255.0f32,
+            Values::F32(_) => 1.0,
+        };
+        self.mean
+            .iter()
+            .zip(&self.std)
+            .map(|(&m, &s)| (1.0 / (base * s), m / s))
+            .collect()
+    }
+
+    /// Sample `i`'s normalised values appended to `out`, in the order `perm` gives
+    /// (`out[k] = x[perm[k]]`, each value normalised by its own group) when there is one;
+    /// `coef` is [`Split::coefficients`] (computed once per batch by the caller).
+    pub fn normalized_row_with(
+        &self,
+        coef: &[(f32, f32)],
+        i: usize,
+        perm: Option<&[u32]>,
+        out: &mut Vec<f32>,
+    ) {
+        let f = self.features;
+        let per = f / coef.len().max(1);
+        fn push<T: Copy>(
+            row: &[T],
+            to: impl Fn(T) -> f32,
+            coef: &[(f32, f32)],
+            per: usize,
+            perm: Option<&[u32]>,
+            out: &mut Vec<f32>,
+        ) {
+            if let [(a, b)] = coef {
+                match perm {
+                    Some(p) => out.extend(p.iter().map(|&j| to(row[j as usize]) * a - b)),
+                    None => out.extend(row.iter().map(|&x| to(x) * a - b)),
+                }
+                return;
+            }
+            let at = |j: usize| {
+                let (a, b) = coef[j / per];
+                to(row[j]) * a - b
+            };
+            match perm {
+                Some(p) => out.extend(p.iter().map(|&j| at(j as usize))),
+                None => out.extend((0..row.len()).map(at)),
+            }
         }
+        match &self.values {
+            Values::U8(v) => push(&v[i * f..(i + 1) * f], f32::from, coef, per, perm, out),
+            Values::F32(v) => push(&v[i * f..(i + 1) * f], |x| x, coef, per, perm, out),
+        }
+    }
+
+    /// Sample `i`'s normalised values appended to `out` (see [`Split::normalized_row_with`]).
+    pub fn normalized_row(&self, i: usize, perm: Option<&[u32]>, out: &mut Vec<f32>) {
+        self.normalized_row_with(&self.coefficients(), i, perm, out);
+    }
+
+    /// The mean and population standard deviation of each of `groups` groups of this split's
+    /// scaled values (computed in `f64`); a group whose values are all equal gets std 1, so
+    /// that it normalises to zeros instead of dividing by zero.
+    pub fn statistics(&self, groups: usize) -> (Vec<f32>, Vec<f32>) {
+        let groups = groups.max(1);
+        let per = self.features / groups;
+        let mut sum = vec![0f64; groups];
+        let mut sq = vec![0f64; groups];
+        let mut add = |k: usize, x: f64| {
+            let g = (k % self.features) / per;
+            sum[g] += x;
+            sq[g] += x * x;
+        };
+        match &self.values {
+            Values::U8(v) => v
+                .iter()
+                .enumerate()
+                .for_each(|(k, &x)| add(k, f64::from(x) / 255.0)),
+            Values::F32(v) => v
+                .iter()
+                .enumerate()
+                .for_each(|(k, &x)| add(k, f64::from(x))),
+        }
+        let count = (self.len() * per).max(1) as f64;
+        let mean: Vec<f64> = sum.iter().map(|s| s / count).collect();
+        let std = sq
+            .iter()
+            .zip(&mean)
+            .map(|(q, m)| {
+                let v = (q / count - m * m).max(0.0).sqrt();
+                if v > 1e-12 { v as f32 } else { 1.0 }
+            })
+            .collect();
+        (mean.into_iter().map(|m| m as f32).collect(), std)
     }
 }
 
@@ -207,13 +361,6 @@ impl Dataset {
             class_names: (0..classes).map(|c| c.to_string()).collect(),
         }
     }
-}
-
-fn file_in(dir: &Path, stem: &str) -> Option<PathBuf> {
-    [format!("{stem}.gz"), stem.to_string()]
-        .into_iter()
-        .map(|f| dir.join(f))
-        .find(|p| p.is_file())
 }
 
 fn has_all(dir: &Path) -> bool {
@@ -293,91 +440,39 @@ pub fn resolve(name: &str, configured: Option<&Path>) -> Result<PathBuf> {
     })
 }
 
-/// A split and its images' `(height, width)` from the IDX header.
-fn load_split(
-    dir: &Path,
-    images: &str,
-    labels: &str,
-    spec: &DatasetSpec,
-) -> Result<(Split, (usize, usize))> {
-    let ipath = file_in(dir, images).expect("resolved directory has the file");
-    let lpath = file_in(dir, labels).expect("resolved directory has the file");
-    let img = read_idx(&ipath)?;
-    let lab = read_idx(&lpath)?;
-    let bad = |path: &Path, dims: &[usize], reason: String| Error::Idx {
-        path: path.to_path_buf(),
-        source: IdxError::BadDims {
-            dims: dims.iter().map(|&d| d as u32).collect(),
-            reason,
-        },
-    };
-    if img.dims.len() != 3 {
-        return Err(bad(
-            &ipath,
-            &img.dims,
-            "images must be [n, height, width]".into(),
-        ));
-    }
-    if lab.dims.len() != 1 {
-        return Err(bad(&lpath, &lab.dims, "labels must be [n]".into()));
-    }
-    if lab.dims[0] != img.dims[0] {
-        return Err(bad(
-            &lpath,
-            &lab.dims,
-            format!("{} labels for {} images", lab.dims[0], img.dims[0]),
-        ));
-    }
-    if let Some(&l) = lab.data.iter().find(|&&l| l as usize >= spec.classes) {
-        return Err(bad(
-            &lpath,
-            &lab.dims,
-            format!("label {l} outside 0..{}", spec.classes),
-        ));
-    }
-    let hw = (img.dims[1], img.dims[2]);
-    Ok((
-        Split {
-            images: img.data,
-            mean: spec.mean,
-            std: spec.std,
-            labels: lab.data,
-            features: hw.0 * hw.1,
-        },
-        hw,
-    ))
-}
-
-/// Loads dataset `name` from the first directory that has it.
+/// Loads dataset `name` from the first directory that has it, with its [`DatasetSpec`]'s
+/// class names and normalisation.
 ///
 /// # Errors
 /// [`Error::DatasetMissing`], [`Error::Io`], or [`Error::Idx`] for a corrupt or inconsistent
-/// file.
+/// file, [`Error::Data`] for a label outside the spec's classes.
 pub fn load(name: &str, configured: Option<&Path>) -> Result<Dataset> {
     let spec = spec(name)?;
     let dir = resolve(name, configured)?;
-    let (train, image_hw) = load_split(&dir, FILES[0], FILES[1], spec)?;
-    let (test, test_hw) = load_split(&dir, FILES[2], FILES[3], spec)?;
-    if image_hw != test_hw {
-        return Err(Error::Data(format!(
-            "{}: train images are {}×{} pixels, test images {}×{}",
-            dir.display(),
-            image_hw.0,
-            image_hw.1,
-            test_hw.0,
-            test_hw.1
-        )));
-    }
+    let (input, train, test) = super::format::idx::read_splits(&dir)?;
+    let split = |raw: super::format::Raw, what: &str| -> Result<Split> {
+        if let Some(l) = raw.labels.iter().find(|&&l| l as usize >= spec.classes) {
+            let file = if what == "train" { FILES[1] } else { FILES[3] };
+            return Err(Error::DataFile {
+                path: file_in(&dir, file).unwrap_or_else(|| dir.join(file)),
+                format: super::format::idx::FORMAT,
+                reason: format!("label {l} outside the {} classes of {name}", spec.classes),
+            });
+        }
+        Ok(Split {
+            values: raw.values,
+            labels: raw.labels,
+            features: input.features(),
+            mean: vec![spec.mean],
+            std: vec![spec.std],
+        })
+    };
     Ok(Dataset {
         name: spec.name.to_string(),
+        train: split(train, "train")?,
+        test: split(test, "test")?,
         dir,
-        train,
-        test,
-        input: crate::model::InputShape::Image {
-            channels: 1,
-            height: image_hw.0,
-            width: image_hw.1,
-        },
+        input,
         classes: spec.classes,
         class_names: spec.class_names.iter().map(|s| s.to_string()).collect(),
     })

@@ -222,7 +222,7 @@ impl Stream {
             }
         };
         let rows_of = |split: &Split, cls: &[usize]| -> Vec<u32> {
-            let mut member = [false; 256];
+            let mut member = vec![false; classes];
             for &c in cls {
                 member[c] = true;
             }
@@ -311,11 +311,12 @@ impl Stream {
             Part::Test => &self.dataset.test,
         };
         let f = split.features;
+        let coef = split.coefficients();
         let mut x = Vec::with_capacity(refs.len() * f);
         let mut y = Vec::with_capacity(refs.len());
         for r in refs {
             let perm = self.tasks[r.task as usize].permutation.as_deref();
-            split.normalized_row(r.index as usize, perm.map(Vec::as_slice), &mut x);
+            split.normalized_row_with(&coef, r.index as usize, perm.map(Vec::as_slice), &mut x);
             y.push(i64::from(split.labels[r.index as usize]));
         }
         let n = refs.len();
@@ -390,15 +391,9 @@ mod tests {
             for i in 0..10 * per {
                 let l = (i % 10) as u8;
                 images.extend_from_slice(&[l, i as u8, 0, 255]);
-                labels.push(l);
+                labels.push(u32::from(l));
             }
-            Split {
-                images,
-                labels,
-                features: 4,
-                mean: 0.0,
-                std: 1.0 / 255.0,
-            }
+            Split::bytes(images, labels, 4, 0.0, 1.0 / 255.0)
         };
         Arc::new(Dataset::new(
             "toy",
@@ -489,7 +484,7 @@ mod tests {
             let order = a.epoch_order(1, epoch, 7);
             let batch = a.batch(&order[..1], Part::Train, 1, &device);
             let got = batch.x.into_data().try_to_vec::<f32>().unwrap();
-            let row = a.dataset.train.row(order[0].index as usize);
+            let row = a.dataset.train.row(order[0].index as usize).unwrap();
             // mean 0 and std 1/255 make the normalised value the raw byte.
             let want: Vec<f32> = perm(&a, 1)
                 .iter()

@@ -31,6 +31,7 @@
 
 pub mod bridge;
 pub mod cnn;
+pub mod init;
 pub mod mlp;
 pub mod vit;
 
@@ -67,6 +68,14 @@ impl InputShape {
                 width,
             } => channels * height * width,
             InputShape::Features(n) => n,
+        }
+    }
+
+    /// Colour channels: the image's, 1 for a feature vector (its normalisation groups).
+    pub fn channels(&self) -> usize {
+        match *self {
+            InputShape::Image { channels, .. } => channels,
+            InputShape::Features(_) => 1,
         }
     }
 

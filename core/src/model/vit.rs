@@ -28,11 +28,12 @@ pub fn default_patch(side: usize) -> usize {
         .unwrap_or(1)
 }
 
-/// Cuts `[batch, side·side]` images into `patch × patch` patches and embeds each:
-/// `[batch, side²]` → `[batch, tokens, dim]`, plus a learned position embedding.
+/// Cuts `[batch, c·side·side]` images (CHW) into `patch × patch` patches of all `c` channels
+/// and embeds each: `[batch, c·side²]` → `[batch, tokens, dim]`, plus a learned position
+/// embedding.
 #[derive(Module, Debug)]
 pub struct PatchEmbed {
-    /// Patch pixels to model width, weight `[patch², dim]`.
+    /// Patch values to model width, weight `[c·patch², dim]`.
     pub proj: Linear,
     /// Position embedding `[tokens, dim]`.
     pub position: Param<Tensor<2>>,
@@ -42,19 +43,22 @@ pub struct PatchEmbed {
     /// Patch side in pixels.
     #[module(skip)]
     pub patch: usize,
+    /// Colour channels.
+    #[module(skip)]
+    pub channels: usize,
 }
 
 impl Block for PatchEmbed {
     fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
         let x = x.into_flat();
         let b = x.dims()[0];
-        let (s, p) = (self.side, self.patch);
+        let (s, p, c) = (self.side, self.patch, self.channels);
         let g = s / p;
-        // [b, s·s] → [b, g, p, g, p] → [b, g, g, p, p] → [b, g·g, p·p]
+        // [b, c·s·s] → [b, c, g, p, g, p] → [b, g, g, c, p, p] → [b, g·g, c·p·p]
         let patches = x
-            .reshape([b, g, p, g, p])
-            .swap_dims(2, 3)
-            .reshape([b, g * g, p * p]);
+            .reshape([b, c, g, p, g, p])
+            .permute([0, 2, 4, 1, 3, 5])
+            .reshape([b, g * g, c * p * p]);
         let tokens = self.proj.forward(patches);
         Activation::Seq(tokens + self.position.val().unsqueeze_dim(0))
     }
@@ -129,6 +133,8 @@ impl Block for TokenHead {
 pub struct VitShape {
     /// Image side in pixels (28 for the MNIST family).
     pub side: usize,
+    /// Colour channels (1 for the MNIST family).
+    pub channels: usize,
     /// Patch side in pixels; must divide `side`.
     pub patch: usize,
     /// Model width.
@@ -153,10 +159,11 @@ pub fn build_vit(shape: &VitShape, classes: usize, rng: &mut Rng, device: &Devic
         .map(|_| rng.random_range(-0.02..0.02))
         .collect();
     let mut blocks = vec![DynBlock::new(PatchEmbed {
-        proj: init_linear(shape.patch * shape.patch, d, rng, device),
+        proj: init_linear(shape.channels * shape.patch * shape.patch, d, rng, device),
         position: Param::from_data(TensorData::new(pos, [tokens, d]), device),
         side: shape.side,
         patch: shape.patch,
+        channels: shape.channels,
     })];
     for _ in 0..shape.depth {
         blocks.push(DynBlock::new(EncoderBlock {
@@ -208,12 +215,12 @@ impl Default for VitParams {
     }
 }
 
-/// The `vit` factory: square single-channel images `[1, side, side]`.
+/// The `vit` factory: square images `[channels, side, side]` of any channel count.
 ///
 /// # Errors
 /// Positioned [`crate::Error::Config`] for unknown keys, `dim` not a multiple of `heads`, a
 /// `patch` of 0 or one that does not divide the side (the hint lists the divisors), images that
-/// are not square or have more than one channel, and dropout outside `[0, 1)`.
+/// are not square, and dropout outside `[0, 1)`.
 pub fn build(
     src: &crate::config::ParamSource,
     cx: &super::ModelContext,
@@ -233,16 +240,6 @@ pub fn build(
     }
     super::mlp::check_dropout(src, p.dropout)?;
     let (channels, side) = cx.square_side(src, "vit")?;
-    if channels != 1 {
-        return Err(src.key_error(
-            "type",
-            format!(
-                "vit embeds single-channel patches; this data is {}",
-                cx.input
-            ),
-            None,
-        ));
-    }
     let patch = match p.patch {
         None => default_patch(side),
         Some(q) if q > 0 && q <= side && side.is_multiple_of(q) => q,
@@ -266,6 +263,7 @@ pub fn build(
     Ok(build_vit(
         &VitShape {
             side,
+            channels,
             patch,
             dim: p.dim,
             depth: p.depth,
@@ -281,6 +279,7 @@ pub fn build(
 
 /// The registration of `vit`.
 pub const REGISTRATION: crate::registry::Registration = crate::registration!(model "vit", "vision transformer: patch embedding, pre-norm encoder blocks (multi-head attention and MLP), token-mean head; `patch` (unset by default) is the patch side, else the divisor of the image side nearest a quarter of it", VitParams, build);
+crate::component!(VitParams, model "vit");
 
 #[cfg(test)]
 mod tests {

@@ -73,6 +73,8 @@ pub struct Progress {
     pub adjust: (f64, f64, f64),
     /// Rollbacks of the current task so far.
     pub retries: usize,
+    /// What `[model] init` loaded at the start of the run (`None`: a random start).
+    pub init: Option<crate::model::init::InitReport>,
 }
 
 impl Progress {
@@ -119,6 +121,7 @@ impl Default for Progress {
             task_train: PhaseMemory::default(),
             adjust: (1.0, 1.0, 0.0),
             retries: 0,
+            init: None,
         }
     }
 }

@@ -4,7 +4,9 @@
 //! - `accuracy_matrix`: rows = after training task i, columns = task j, fractions in `[0, 1]`,
 //!   `null` for cells not evaluated;
 //! - `metrics`: `acc`, `bwt`, `forgetting`, `fwt`, `retention` (see [`super::metrics`]);
-//! - `random_init_accuracy`: `b_j`, the accuracy of the initial model on each task (for FWT);
+//! - `initial_accuracy`: `b_j`, the accuracy of the model as it starts the stream on each task
+//!   (for FWT); also as `random_init_accuracy` when that start is random; `init`: what
+//!   `[model] init` loaded;
 //! - `memory`, `throughput`, `timings`: figures that measure the machine, listed in
 //!   `machine_dependent_keys`; everything else is identical for the same seed and config;
 //! - `config` (the effective config), `seed`, `versions`, `device`, `tasks`, `training`,
@@ -202,8 +204,18 @@ pub struct Report {
     pub tasks: Vec<TaskSummary>,
     /// `R[i][j]`.
     pub accuracy_matrix: Matrix,
-    /// `b_j`: accuracy of the initial model on each task.
-    pub random_init_accuracy: Vec<f64>,
+    /// `b_j`: accuracy of the model as it starts the stream, on each task (the FWT baseline):
+    /// the seeded random initialisation, or `[model] init`'s pretrained weights. (Reports
+    /// written before it existed have only `random_init_accuracy`; `engram report` reads that.)
+    #[serde(default)]
+    pub initial_accuracy: Vec<f64>,
+    /// The same figures under their older name, present only when the start is random.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random_init_accuracy: Option<Vec<f64>>,
+    /// What `[model] init` loaded (file, SHA-256, tensors loaded, missing, unused); absent for
+    /// a random start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<crate::model::init::InitReport>,
     /// ACC, BWT, forgetting, FWT, retention.
     pub metrics: Metrics,
     /// For each metric, the cells of the accuracy matrix it read (cells not evaluated under a

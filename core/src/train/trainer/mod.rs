@@ -143,7 +143,17 @@ fn run_inner(
             &ad,
             &path,
         )?,
-        None => (model, optim, Progress::default()),
+        None => {
+            let mut pr = Progress::default();
+            let model = match load_init(&p.cfg, model)? {
+                (m, Some(r)) => {
+                    pr.init = Some(r);
+                    m
+                }
+                (m, None) => m,
+            };
+            (model, optim, pr)
+        }
     };
     let parameters = model.numel() as u64;
     // Plugin faults are turned into errors here already, so that they are recorded too.
@@ -674,7 +684,9 @@ fn build_report(
             })
             .collect(),
         accuracy_matrix: pr.matrix.clone(),
-        random_init_accuracy: pr.baseline.clone(),
+        initial_accuracy: pr.baseline.clone(),
+        random_init_accuracy: pr.init.is_none().then(|| pr.baseline.clone()),
+        init: pr.init.clone(),
         metrics: m,
         metric_cells: super::report::metric_cells(&pr.matrix),
         throughput: Throughput {

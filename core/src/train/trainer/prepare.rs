@@ -94,7 +94,8 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
         .map_err(|e| cfg.error_at("data", "tasks", e.to_string(), None))?;
     // The model's factory checks its keys against the data's geometry now, before anything is
     // written (the model itself is built again, on the run's device, by `build_model`).
-    drop(registry.build_model(&cfg, &model_context(&cfg, &stream), &device)?);
+    let model = registry.build_model(&cfg, &model_context(&cfg, &stream), &device)?;
+    drop(load_init(&cfg, model)?);
     let bcx = BuildContext {
         num_tasks: stream.len(),
         num_classes: stream.num_classes,
@@ -125,6 +126,31 @@ pub fn model_context(cfg: &LoadedConfig, stream: &Stream) -> crate::model::Model
         num_classes: stream.num_classes,
         seed: cfg.config.run.seed,
     }
+}
+
+/// Applies `[model] init` to a freshly built model, when the config has it.
+///
+/// # Errors
+/// A positioned [`Error::Config`] at `[model] init` with [`crate::model::init::load`]'s reason.
+pub fn load_init(
+    cfg: &LoadedConfig,
+    model: Model,
+) -> Result<(Model, Option<crate::model::init::InitReport>)> {
+    let m = &cfg.config.model;
+    let Some(file) = &m.init else {
+        return Ok((model, None));
+    };
+    let file = relative_to(&cfg.base_dir, file);
+    crate::model::init::load(model, &file, m.init_layout, &m.init_remap)
+        .map(|(model, r)| (model, Some(r)))
+        .map_err(|e| {
+            let key = if matches!(&e, Error::Data(m) if m.contains("init_remap")) {
+                "init_remap"
+            } else {
+                "init"
+            };
+            cfg.error_at("model", key, e.to_string(), None)
+        })
 }
 
 impl Prepared {

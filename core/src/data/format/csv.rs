@@ -1,0 +1,283 @@
+//! `format = "csv"`: `train.csv` and `test.csv` in `path` (read and written with the `csv`
+//! crate), each with a header row, one column named `label` (anywhere) and the feature columns
+//! in order; both files with the same header.
+//!
+//! - Cells: numbers. When every cell of both files is an integer in 0–255 the values are
+//!   read as bytes (pixels, scaled by 1/255, as the other formats do); otherwise as `f32`.
+//!   Normalisation is computed from the training split either way (standardisation does not
+//!   depend on that scale), unless `dataset.toml` or `[data] mean`/`std` give it.
+//! - Labels: class indices (0 or more), or class names, which are then numbered in sorted
+//!   order (or by `dataset.toml`'s `class_names` when it has them).
+//! - A sample is a feature vector `[features]`; `dataset.toml`'s or `[data] shape` makes it an
+//!   image (`[1, 28, 28]`).
+
+use super::{Meta, Raw, bad};
+use crate::data::dataset::{Dataset, Values};
+use crate::error::{Error, Result};
+use crate::model::InputShape;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const FORMAT: &str = "csv";
+
+/// The two files.
+pub const FILES: [&str; 2] = ["train.csv", "test.csv"];
+
+/// The registration of `format = "csv"`.
+pub const REGISTRATION: crate::registry::Registration = crate::registration!(format "csv", "train.csv and test.csv with a header row, a `label` column (indices or names) and the feature columns", crate::data::dataset::IdxParams, read, write);
+
+/// One file as read: the header, values (bytes while every cell is one), label cells.
+struct Table {
+    header: Vec<String>,
+    values: Values,
+    labels: Vec<String>,
+}
+
+/// A cell that is an integer 0–255.
+fn byte(cell: &[u8]) -> Option<u8> {
+    if cell.is_empty() || cell.len() > 3 || !cell.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    cell.iter()
+        .try_fold(0u16, |a, &d| Some(a * 10 + u16::from(d - b'0')))
+        .and_then(|v| u8::try_from(v).ok())
+}
+
+fn read_table(path: &Path) -> Result<Table> {
+    if !path.is_file() {
+        return Err(bad(
+            path,
+            FORMAT,
+            "missing: the CSV layout is train.csv and test.csv (header row, a `label` column) in one directory",
+        ));
+    }
+    let mut rdr = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_path(path)
+        .map_err(|e| bad(path, FORMAT, e.to_string()))?;
+    let header: Vec<String> = rdr
+        .headers()
+        .map_err(|e| bad(path, FORMAT, e.to_string()))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let label_cols: Vec<usize> = (0..header.len())
+        .filter(|&i| header[i] == "label")
+        .collect();
+    let &[label] = &label_cols[..] else {
+        return Err(bad(
+            path,
+            FORMAT,
+            format!(
+                "the header must name exactly one `label` column; it has {} (header: {})",
+                label_cols.len(),
+                header.iter().take(6).cloned().collect::<Vec<_>>().join(",")
+                    + if header.len() > 6 { ",…" } else { "" }
+            ),
+        ));
+    };
+    if header.len() < 2 {
+        return Err(bad(path, FORMAT, "no feature column beside `label`"));
+    }
+    let mut values = Values::U8(Vec::new());
+    let mut labels = Vec::new();
+    let mut record = csv::ByteRecord::new();
+    loop {
+        match rdr.read_byte_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => return Err(bad(path, FORMAT, e.to_string())),
+        }
+        let line = record.position().map_or(0, |p| p.line());
+        for (i, cell) in record.iter().enumerate() {
+            if i == label {
+                labels.push(String::from_utf8_lossy(cell).into_owned());
+                continue;
+            }
+            if let Values::U8(v) = &mut values {
+                if let Some(b) = byte(cell) {
+                    v.push(b);
+                    continue;
+                }
+                values = Values::F32(v.iter().map(|&b| f32::from(b)).collect());
+            }
+            let Values::F32(v) = &mut values else {
+                unreachable!("switched to floats above")
+            };
+            let x = std::str::from_utf8(cell)
+                .ok()
+                .and_then(|s| s.parse::<f32>().ok())
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| {
+                    bad(
+                        path,
+                        FORMAT,
+                        format!(
+                            "line {line}, column `{}`: {:?} is not a finite number",
+                            header[i],
+                            String::from_utf8_lossy(cell)
+                        ),
+                    )
+                })?;
+            v.push(x);
+        }
+    }
+    if labels.is_empty() {
+        return Err(bad(path, FORMAT, "no rows below the header"));
+    }
+    Ok(Table {
+        header,
+        values,
+        labels,
+    })
+}
+
+/// Reads `train.csv` and `test.csv` of `[data] path` (with `dataset.toml` when present).
+///
+/// # Errors
+/// [`Error::DataFile`] naming the file (and the line) for a missing file, a header without one
+/// `label` column, rows of another width, a cell that is not a number, a negative label or one
+/// `dataset.toml` does not name, headers that differ; [`super::assemble`]'s.
+pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
+    let dir = super::required_dir(req, FORMAT)?;
+    let train = read_table(&dir.join(FILES[0]))?;
+    let test = read_table(&dir.join(FILES[1]))?;
+    if train.header != test.header {
+        return Err(bad(
+            &dir.join(FILES[1]),
+            FORMAT,
+            format!(
+                "its header differs from train.csv's ({} columns against {})",
+                test.header.len(),
+                train.header.len()
+            ),
+        ));
+    }
+    let mut meta = Meta::read(dir)?.unwrap_or_default();
+    let numeric = train
+        .labels
+        .iter()
+        .chain(&test.labels)
+        .all(|l| l.parse::<u32>().is_ok());
+    let index: BTreeMap<String, u32> = if numeric {
+        BTreeMap::new()
+    } else {
+        let names: Vec<String> = match &meta.class_names {
+            Some(n) => n.clone(),
+            None => {
+                let mut n: Vec<String> = train.labels.iter().chain(&test.labels).cloned().collect();
+                n.sort();
+                n.dedup();
+                n
+            }
+        };
+        meta.class_names = Some(names.clone());
+        names
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| (n, i as u32))
+            .collect()
+    };
+    let labels = |t: &Table, file: &str| -> Result<Vec<u32>> {
+        t.labels
+            .iter()
+            .enumerate()
+            .map(|(row, l)| {
+                let got = if numeric {
+                    l.parse::<u32>().ok()
+                } else {
+                    index.get(l).copied()
+                };
+                got.ok_or_else(|| {
+                    bad(
+                        &dir.join(file),
+                        FORMAT,
+                        format!(
+                            "row {}: label {l:?} is {}",
+                            row + 1,
+                            if numeric {
+                                "not a class index"
+                            } else {
+                                "not one of dataset.toml's class_names"
+                            }
+                        ),
+                    )
+                })
+            })
+            .collect()
+    };
+    let (train_labels, test_labels) = (labels(&train, FILES[0])?, labels(&test, FILES[1])?);
+    let (train_values, test_values) = match (train.values, test.values) {
+        (Values::U8(a), Values::F32(b)) => (
+            Values::F32(a.into_iter().map(f32::from).collect()),
+            Values::F32(b),
+        ),
+        (Values::F32(a), Values::U8(b)) => (
+            Values::F32(a),
+            Values::F32(b.into_iter().map(f32::from).collect()),
+        ),
+        pair => pair,
+    };
+    let features = train.header.len() - 1;
+    let name = super::display_name(req, dir);
+    super::assemble(
+        FORMAT,
+        &name,
+        dir,
+        Raw {
+            values: train_values,
+            labels: train_labels,
+        },
+        Raw {
+            values: test_values,
+            labels: test_labels,
+        },
+        InputShape::Features(features),
+        Some(meta),
+    )
+}
+
+/// Writes `train.csv` and `test.csv` into `dir`: header `label,x0,x1,…`, labels as class
+/// indices (the names go to `dataset.toml`), bytes as integers, floats in Rust's shortest
+/// round-trip form (so they read back exactly).
+///
+/// # Errors
+/// [`Error::Io`] when a file cannot be written.
+pub fn write(ds: &Dataset, dir: &Path) -> Result<()> {
+    let f = ds.input.features();
+    for (split, file) in [(&ds.train, FILES[0]), (&ds.test, FILES[1])] {
+        let path = dir.join(file);
+        let io = |e: csv::Error| bad(&path, FORMAT, format!("cannot write: {e}"));
+        let mut w = csv::Writer::from_path(&path).map_err(io)?;
+        let mut header = vec!["label".to_string()];
+        header.extend((0..f).map(|k| format!("x{k}")));
+        w.write_record(&header).map_err(io)?;
+        let mut row: Vec<String> = Vec::with_capacity(f + 1);
+        for i in 0..split.len() {
+            row.clear();
+            row.push(split.labels[i].to_string());
+            match &split.values {
+                Values::U8(v) => row.extend(v[i * f..(i + 1) * f].iter().map(u8::to_string)),
+                Values::F32(v) => row.extend(v[i * f..(i + 1) * f].iter().map(f32::to_string)),
+            }
+            w.write_record(&row).map_err(io)?;
+        }
+        w.flush().map_err(|e| Error::io(&path, e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_cells_are_integers_up_to_255() {
+        assert_eq!(byte(b"0"), Some(0));
+        assert_eq!(byte(b"255"), Some(255));
+        assert_eq!(byte(b"256"), None);
+        assert_eq!(byte(b"1.0"), None);
+        assert_eq!(byte(b"-1"), None);
+        assert_eq!(byte(b""), None);
+    }
+}

@@ -1,0 +1,491 @@
+//! Data formats users have: `[data] format = "idx" | "npy" | "csv" | "image-folder"` with
+//! `path = DIR`, each a registered component ([`Kind::Format`](crate::registry::Kind::Format))
+//! in one file of this module that both reads and writes it (`engram data export`).
+//!
+//! What every format shares, here:
+//! - **`dataset.toml`** ([`Meta`]), optional beside the data: the class names, the sample shape
+//!   and the normalisation. `engram data export` writes it, so an exported dataset reads back
+//!   as the original (the same class names, the same `mean`/`std`, hence the same run bit for
+//!   bit). Users may write one by hand.
+//! - **Assembly** ([`assemble`]): the class count is the names' count, else the largest label
+//!   plus one; class names default to the labels (`"0"`, `"1"`, …); the normalisation is
+//!   `dataset.toml`'s, else computed per channel from the training split ([`Split::statistics`]).
+//!   `[data] mean`, `std` and `shape` override it afterwards, for every format and dataset alike
+//!   (in the registry).
+//! - **Errors**: every malformed file is an [`Error::DataFile`] that names the file, the format
+//!   and what is wrong.
+//! - **Atomic export** ([`export`]): a format writes into a fresh temporary directory beside
+//!   the target, which is renamed into place when complete; an existing target is never touched.
+
+pub mod csv;
+pub mod idx;
+pub mod image_folder;
+pub mod npy;
+
+use super::dataset::{Dataset, Split, Values};
+use crate::error::{Error, Result};
+use crate::model::InputShape;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The optional description beside a dataset's files.
+pub const META_FILE: &str = "dataset.toml";
+
+/// `dataset.toml`: what the data files themselves do not say. Every key is optional.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Meta {
+    /// The dataset's name (informational: `[data] dataset` names the run's data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The classes' names, by label; their count is the class count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_names: Option<Vec<String>>,
+    /// One sample's shape: `[channels, height, width]` for images, `[features]` for vectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<usize>>,
+    /// The normalisation's mean after scaling (1 value, or one per channel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<Vec<f32>>,
+    /// The normalisation's standard deviation after scaling, each > 0 (as many as `mean`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub std: Option<Vec<f32>>,
+}
+
+/// The error of a malformed data file.
+pub fn bad(path: &Path, format: &'static str, reason: impl Into<String>) -> Error {
+    Error::DataFile {
+        path: path.to_path_buf(),
+        format,
+        reason: reason.into(),
+    }
+}
+
+impl Meta {
+    /// Reads `dir/dataset.toml` when there is one.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when it cannot be read; [`Error::Config`] with its line and column when it
+    /// is not valid TOML or has an unknown key.
+    pub fn read(dir: &Path) -> Result<Option<Meta>> {
+        let path = dir.join(META_FILE);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        toml::from_str(&text).map(Some).map_err(|e| {
+            let (line, column) = e
+                .span()
+                .map(|s| crate::config::line_col(&text, s.start))
+                .unwrap_or((1, 1));
+            Error::Config {
+                file: path.clone(),
+                line,
+                column,
+                message: e.message().to_string(),
+                hint: Some(
+                    "dataset.toml takes name, class_names, shape, mean and std (each optional)"
+                        .into(),
+                ),
+            }
+        })
+    }
+
+    /// What `engram data export` writes for `ds`: everything needed to read it back as it is.
+    pub fn of(ds: &Dataset) -> Meta {
+        Meta {
+            name: Some(ds.name.clone()),
+            class_names: Some(ds.class_names.clone()),
+            shape: Some(ds.input.dims()),
+            mean: Some(ds.train.mean.clone()),
+            std: Some(ds.train.std.clone()),
+        }
+    }
+
+    /// Writes it as `dir/dataset.toml`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be written.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(META_FILE);
+        let text = format!(
+            "# Written by `engram data export`: what the data files do not say (every key optional).\n{}",
+            toml::to_string(self).map_err(|e| Error::Other(format!("dataset.toml: {e}")))?
+        );
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
+    }
+}
+
+/// A split as a format reads it: values `[n, features]` and labels `[n]`.
+#[derive(Clone, Debug)]
+pub struct Raw {
+    /// The values.
+    pub values: Values,
+    /// The labels.
+    pub labels: Vec<u32>,
+}
+
+/// The shape a `shape` list gives: `[c, h, w]` → an image, `[n]` → a feature vector.
+pub fn shape_of(dims: &[usize]) -> Option<InputShape> {
+    match *dims {
+        [channels, height, width] if channels * height * width > 0 => Some(InputShape::Image {
+            channels,
+            height,
+            width,
+        }),
+        [n] if n > 0 => Some(InputShape::Features(n)),
+        _ => None,
+    }
+}
+
+/// Builds the dataset a format read (see the module docs for the defaults `meta` fills in).
+///
+/// # Errors
+/// [`Error::DataFile`] naming `dir` (or its `dataset.toml`) when the two splits disagree in
+/// width, a label is outside `dataset.toml`'s classes, or `dataset.toml`'s shape or
+/// normalisation does not fit the data.
+pub fn assemble(
+    format: &'static str,
+    name: &str,
+    dir: &Path,
+    train: Raw,
+    test: Raw,
+    input: InputShape,
+    meta: Option<Meta>,
+) -> Result<Dataset> {
+    let meta = meta.unwrap_or_default();
+    let meta_path = dir.join(META_FILE);
+    let features = input.features();
+    for (what, raw) in [("train", &train), ("test", &test)] {
+        if raw.values.len() != raw.labels.len() * features {
+            return Err(bad(
+                dir,
+                format,
+                format!(
+                    "the {what} split has {} values for {} samples of {features}",
+                    raw.values.len(),
+                    raw.labels.len()
+                ),
+            ));
+        }
+        if raw.labels.is_empty() {
+            return Err(bad(dir, format, format!("the {what} split has no samples")));
+        }
+    }
+    if std::mem::discriminant(&train.values) != std::mem::discriminant(&test.values) {
+        return Err(bad(
+            dir,
+            format,
+            format!(
+                "the train split holds {} values, the test split {}; give both the same type",
+                train.values.dtype(),
+                test.values.dtype()
+            ),
+        ));
+    }
+    let input = match &meta.shape {
+        None => input,
+        Some(dims) => match shape_of(dims) {
+            Some(s) if s.features() == features => s,
+            _ => {
+                return Err(bad(
+                    &meta_path,
+                    format,
+                    format!(
+                        "shape {dims:?} does not hold the {features} values of a sample ({input})"
+                    ),
+                ));
+            }
+        },
+    };
+    let top = train
+        .labels
+        .iter()
+        .chain(&test.labels)
+        .copied()
+        .max()
+        .unwrap_or(0) as usize;
+    let class_names = match meta.class_names {
+        Some(names) => {
+            if top >= names.len() {
+                return Err(bad(
+                    &meta_path,
+                    format,
+                    format!("{} class names, but the data has label {top}", names.len()),
+                ));
+            }
+            names
+        }
+        None => (0..=top).map(|c| c.to_string()).collect(),
+    };
+    let mut train = Split {
+        values: train.values,
+        labels: train.labels,
+        features,
+        mean: Vec::new(),
+        std: Vec::new(),
+    };
+    let (mean, std) = match (meta.mean, meta.std) {
+        (Some(m), Some(s)) => (m, s),
+        (None, None) => train.statistics(input.channels()),
+        _ => {
+            return Err(bad(
+                &meta_path,
+                format,
+                "give both `mean` and `std`, or neither (then they are computed from the training split)",
+            ));
+        }
+    };
+    check_normalization(&mean, &std, input).map_err(|m| bad(&meta_path, format, m))?;
+    train.mean.clone_from(&mean);
+    train.std.clone_from(&std);
+    let test = Split {
+        values: test.values,
+        labels: test.labels,
+        features,
+        mean,
+        std,
+    };
+    Ok(Dataset {
+        name: name.to_string(),
+        dir: dir.to_path_buf(),
+        classes: class_names.len(),
+        class_names,
+        train,
+        test,
+        input,
+    })
+}
+
+/// Checks a normalisation against a sample shape: 1 group or one per channel, stds finite and
+/// positive, means finite.
+///
+/// # Errors
+/// The reason, for the caller to place.
+pub fn check_normalization(
+    mean: &[f32],
+    std: &[f32],
+    input: InputShape,
+) -> std::result::Result<(), String> {
+    let channels = input.channels();
+    if mean.len() != std.len() || !(mean.len() == 1 || mean.len() == channels) {
+        return Err(format!(
+            "{} means and {} stds for {input}: give 1 of each, or one per channel ({channels})",
+            mean.len(),
+            std.len()
+        ));
+    }
+    if let Some(s) = std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+        return Err(format!("std {s} must be a finite number above 0"));
+    }
+    if let Some(m) = mean.iter().find(|m| !m.is_finite()) {
+        return Err(format!("mean {m} must be finite"));
+    }
+    Ok(())
+}
+
+/// Labels read as signed integers, checked to be in `0..2³²`.
+///
+/// # Errors
+/// [`Error::DataFile`] naming `path` and the first bad label.
+pub fn labels_from_i64(
+    path: &Path,
+    format: &'static str,
+    labels: impl IntoIterator<Item = i64>,
+) -> Result<Vec<u32>> {
+    labels
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| {
+            u32::try_from(l).map_err(|_| {
+                bad(
+                    path,
+                    format,
+                    format!("label {l} of sample {i} is not a class index (0 or more)"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Writes a dataset with `write` into `out`, atomically: into a fresh directory beside `out`,
+/// renamed to `out` once complete (a failed export leaves nothing behind), with `dataset.toml`
+/// ([`Meta::of`]) added.
+///
+/// # Errors
+/// [`Error::Usage`] when `out` exists (nothing is overwritten); [`Error::Io`] and the writer's
+/// errors otherwise.
+pub fn export(ds: &Dataset, out: &Path, write: crate::component::DatasetWriter) -> Result<PathBuf> {
+    if out.exists() {
+        return Err(Error::Usage(format!(
+            "{} exists; export writes a new directory (remove it or choose another --out)",
+            out.display()
+        )));
+    }
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".engram-export-")
+        .tempdir_in(parent)
+        .map_err(|e| Error::io(parent, e))?;
+    write(ds, tmp.path())?;
+    Meta::of(ds).write(tmp.path())?;
+    let staged = tmp.keep();
+    std::fs::rename(&staged, out).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&staged);
+        Error::io(out, e)
+    })?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(out, std::fs::Permissions::from_mode(0o755));
+    }
+    Ok(out.to_path_buf())
+}
+
+/// The name a format's dataset gets: `[data] dataset` when given, else the directory's name.
+pub fn display_name(req: &super::DatasetRequest<'_>, dir: &Path) -> String {
+    if req.name.is_empty() {
+        dir.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "data".into())
+    } else {
+        req.name.to_string()
+    }
+}
+
+/// The directory a format reads: `[data] path`, which a format requires.
+///
+/// # Errors
+/// [`Error::DatasetMissing`] when no path was given or it does not exist.
+pub fn required_dir<'a>(req: &super::DatasetRequest<'a>, format: &str) -> Result<&'a Path> {
+    match req.path {
+        Some(p) if p.exists() => Ok(p),
+        Some(p) => Err(Error::DatasetMissing {
+            name: req.name.to_string(),
+            searched: p.display().to_string(),
+            hint: format!(
+                "`[data] path` names no file or directory; `engram data export NAME --format {format} --out DIR` writes one"
+            ),
+        }),
+        None => Err(Error::DatasetMissing {
+            name: req.name.to_string(),
+            searched: "nowhere".into(),
+            hint: format!(
+                "`format = \"{format}\"` reads `[data] path`: set it to the data's directory"
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(values: Vec<u8>, labels: Vec<u32>) -> Raw {
+        Raw {
+            values: Values::U8(values),
+            labels,
+        }
+    }
+
+    #[test]
+    fn assembly_counts_classes_names_them_and_normalises_per_channel() {
+        // Two 2-channel 1×2 samples: channel 0 holds 0 and 255, channel 1 always 51.
+        let train = raw(vec![0, 0, 51, 51, 255, 255, 51, 51], vec![0, 2]);
+        let test = raw(vec![1, 2, 3, 4], vec![1]);
+        let input = InputShape::Image {
+            channels: 2,
+            height: 1,
+            width: 2,
+        };
+        let ds = assemble("npy", "toy", Path::new("d"), train, test, input, None).unwrap();
+        assert_eq!(ds.classes, 3);
+        assert_eq!(ds.class_names, ["0", "1", "2"]);
+        // Channel 0: values 0, 0, 1, 1 → mean 0.5, std 0.5; channel 1 constant 0.2 → std 1.
+        assert!((ds.train.mean[0] - 0.5).abs() < 1e-7 && (ds.train.std[0] - 0.5).abs() < 1e-7);
+        assert!((ds.train.mean[1] - 0.2).abs() < 1e-7 && ds.train.std[1] == 1.0);
+        assert_eq!(ds.test.mean, ds.train.mean);
+        let mut row = Vec::new();
+        ds.train.normalized_row(1, None, &mut row);
+        let want = [1.0, 1.0, 0.0, 0.0];
+        assert!(
+            row.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{row:?}"
+        );
+    }
+
+    #[test]
+    fn meta_names_shape_and_normalisation_are_taken_and_checked() {
+        let meta = Meta {
+            class_names: Some(vec!["a".into(), "b".into()]),
+            shape: Some(vec![4]),
+            mean: Some(vec![0.25]),
+            std: Some(vec![0.5]),
+            ..Meta::default()
+        };
+        let input = InputShape::Image {
+            channels: 1,
+            height: 2,
+            width: 2,
+        };
+        let ds = assemble(
+            "csv",
+            "t",
+            Path::new("d"),
+            raw(vec![0; 4], vec![1]),
+            raw(vec![0; 4], vec![0]),
+            input,
+            Some(meta.clone()),
+        )
+        .unwrap();
+        assert_eq!(ds.input, InputShape::Features(4));
+        assert_eq!(ds.class_names, ["a", "b"]);
+        assert_eq!(
+            (ds.train.mean.clone(), ds.test.std.clone()),
+            (vec![0.25], vec![0.5])
+        );
+        // A label beyond the names, a shape of another size, a std of zero: typed errors.
+        let label = assemble(
+            "csv",
+            "t",
+            Path::new("d"),
+            raw(vec![0; 4], vec![2]),
+            raw(vec![0; 4], vec![0]),
+            input,
+            Some(meta.clone()),
+        );
+        assert!(matches!(label, Err(Error::DataFile { reason, .. }) if reason.contains("label 2")));
+        let shape = Meta {
+            shape: Some(vec![3]),
+            ..meta.clone()
+        };
+        let err = assemble(
+            "csv",
+            "t",
+            Path::new("d"),
+            raw(vec![0; 4], vec![0]),
+            raw(vec![0; 4], vec![0]),
+            input,
+            Some(shape),
+        );
+        assert!(matches!(err, Err(Error::DataFile { reason, .. }) if reason.contains("shape [3]")));
+        let std = Meta {
+            std: Some(vec![0.0]),
+            ..meta
+        };
+        let err = assemble(
+            "csv",
+            "t",
+            Path::new("d"),
+            raw(vec![0; 4], vec![0]),
+            raw(vec![0; 4], vec![0]),
+            input,
+            Some(std),
+        );
+        assert!(matches!(err, Err(Error::DataFile { reason, .. }) if reason.contains("std 0")));
+    }
+}

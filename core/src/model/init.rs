@@ -1,0 +1,129 @@
+//! Pretrained initialisation: `[model] init = "weights.safetensors"` loads a safetensors file
+//! into the freshly built model before the stream starts (burn-store's `SafetensorsStore`).
+//!
+//! - `init_layout = "burn"` (default): tensors as Burn holds them, which is what `engram export`
+//!   writes (a `Linear` weight is `[d_in, d_out]`).
+//! - `init_layout = "pytorch"`: a PyTorch `state_dict` saved with `safetensors.torch.save_file`:
+//!   `Linear` weights `[d_out, d_in]` are transposed, and normalisation layers' `weight`/`bias`
+//!   are read as Burn's `gamma`/`beta` (burn-store's `PyTorchToBurnAdapter`). The layout is
+//!   explicit because a square `Linear` looks the same either way.
+//! - `init_remap = [["^features\\.", "blocks."], …]`: regular-expression renames of the file's
+//!   tensor names, applied in order, before they are matched to the model's parameter paths
+//!   (`engram export` and `burn-store` name them `blocks.0.linear.weight`, …).
+//!
+//! Tensors of the model that the file lacks keep their seeded initialisation (a new head, say);
+//! tensors of the file that the model lacks are left unused; both are counted in the report
+//! ([`InitReport`]). A shape mismatch refuses the run.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The layout of a pretrained file's tensors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InitLayout {
+    /// Burn's (`Linear` weight `[d_in, d_out]`), as `engram export` writes.
+    #[default]
+    Burn,
+    /// PyTorch's (`Linear` weight `[d_out, d_in]`, norms' `weight`/`bias`).
+    Pytorch,
+}
+
+/// What a pretrained initialisation loaded (report.json's `init`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InitReport {
+    /// The file, as resolved.
+    pub file: PathBuf,
+    /// Its SHA-256, hex.
+    pub sha256: String,
+    /// The layout it was read in.
+    pub layout: InitLayout,
+    /// Tensors applied to the model.
+    pub loaded: usize,
+    /// The model's tensors the file lacks (kept at their seeded initialisation), by path.
+    pub missing: Vec<String>,
+    /// The file's tensors the model lacks (ignored), by name after `init_remap`.
+    pub unused: Vec<String>,
+}
+
+/// The `[model]` keys of pretrained initialisation (not passed to the model's factory).
+pub const KEYS: [&str; 3] = ["init", "init_layout", "init_remap"];
+
+/// Loads `file` into `model` (see the module docs).
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be read; [`Error::Data`] for a file that is not
+/// safetensors, an invalid `init_remap` pattern, any shape mismatch (naming the tensors), or a
+/// file none of whose tensors match the model (naming a few of each side, so that the remap can
+/// be written).
+pub fn load(
+    model: crate::model::Model,
+    file: &Path,
+    layout: InitLayout,
+    remap: &[[String; 2]],
+) -> Result<(crate::model::Model, InitReport)> {
+    use burn::store::{KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
+    use sha2::Digest;
+    let bytes = std::fs::read(file).map_err(|e| Error::io(file, e))?;
+    let sha256 = format!("{:x}", sha2::Sha256::digest(&bytes));
+    let mut remapper = KeyRemapper::new();
+    for [from, to] in remap {
+        remapper = remapper.add_pattern(from, to.clone()).map_err(|e| {
+            Error::Data(format!(
+                "[model] init_remap: `{from}` is not a regular expression: {e}"
+            ))
+        })?;
+    }
+    let mut store = SafetensorsStore::from_bytes(Some(bytes))
+        .allow_partial(true)
+        .validate(false)
+        .remap(remapper);
+    if layout == InitLayout::Pytorch {
+        store = store.with_from_adapter(PyTorchToBurnAdapter);
+    }
+    let mut model = model;
+    let result = model.load_from(&mut store).map_err(|e| {
+        Error::Data(format!(
+            "{}: not a safetensors file engram can read: {e}",
+            file.display()
+        ))
+    })?;
+    if !result.errors.is_empty() {
+        let first: Vec<String> = result
+            .errors
+            .iter()
+            .take(3)
+            .map(|e| e.to_string())
+            .collect();
+        return Err(Error::Data(format!(
+            "{}: {} tensors do not fit the model ({}); check `[model]` keys against the model that wrote the file{}",
+            file.display(),
+            result.errors.len(),
+            first.join("; "),
+            if layout == InitLayout::Burn {
+                ", and `init_layout = \"pytorch\"` for a PyTorch state_dict"
+            } else {
+                ""
+            }
+        )));
+    }
+    if result.applied.is_empty() {
+        let few = |v: Vec<&str>| v.into_iter().take(4).collect::<Vec<_>>().join(", ");
+        return Err(Error::Data(format!(
+            "{}: none of its tensors is a parameter of the model (file: {}; model: {}); rename them with `init_remap = [[\"^old\\\\.\", \"new.\"]]`",
+            file.display(),
+            few(result.unused.iter().map(String::as_str).collect()),
+            few(result.missing.iter().map(|(p, _)| p.as_str()).collect()),
+        )));
+    }
+    let report = InitReport {
+        file: file.to_path_buf(),
+        sha256,
+        layout,
+        loaded: result.applied.len(),
+        missing: result.missing.into_iter().map(|(p, _)| p).collect(),
+        unused: result.unused,
+    };
+    Ok((model, report))
+}
