@@ -26,7 +26,10 @@
 //! println!("ACC {:.4}", report.metrics.acc.unwrap());
 //! ```
 
-use engram_core::component::{Component, Kind, Registration};
+use engram_core::component::{
+    Component, ForgettingComponent, Kind, MemoryComponent, ModelComponent, Registration,
+    SchedulerComponent,
+};
 use engram_core::config::{DataConfig, LoadedConfig, OptimizerConfig, RunConfig, TrainConfig};
 use engram_core::data::Dataset;
 use engram_core::error::{Error, Result};
@@ -139,7 +142,7 @@ impl Experiment {
 
     /// The model: a registered model's parameters (`MlpParams`, `CnnParams`, `VitParams`, a
     /// program's own).
-    pub fn model<C: Component>(mut self, params: C) -> Self {
+    pub fn model<C: ModelComponent>(mut self, params: C) -> Self {
         match table(&params) {
             Ok(t) => self.model = Some(t),
             Err(e) => self.problems.push(e.to_string()),
@@ -167,32 +170,17 @@ impl Experiment {
     }
 
     /// Adds a forgetting strategy (applied in the order added): `EwcParams`, `ReplayParams`, … .
-    pub fn forgetting<C: Component>(self, params: C) -> Self {
-        assert_eq!(
-            C::KIND,
-            Kind::Forgetting,
-            "{} is a {}",
-            C::NAME,
-            C::KIND.noun()
-        );
+    pub fn forgetting<C: ForgettingComponent>(self, params: C) -> Self {
         self.push(params)
     }
 
     /// Adds a memory strategy: `CheckpointParams`, `AmpParams`, … .
-    pub fn memory<C: Component>(self, params: C) -> Self {
-        assert_eq!(C::KIND, Kind::Memory, "{} is a {}", C::NAME, C::KIND.noun());
+    pub fn memory<C: MemoryComponent>(self, params: C) -> Self {
         self.push(params)
     }
 
     /// Adds a scheduler.
-    pub fn scheduler<C: Component>(self, params: C) -> Self {
-        assert_eq!(
-            C::KIND,
-            Kind::Scheduler,
-            "{} is a {}",
-            C::NAME,
-            C::KIND.noun()
-        );
+    pub fn scheduler<C: SchedulerComponent>(self, params: C) -> Self {
         self.push(params)
     }
 

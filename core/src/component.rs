@@ -166,20 +166,35 @@ pub trait Component: Serialize {
     const NAME: &'static str;
 }
 
-/// Implements [`Component`] for a parameter type: `component!(EwcParams, forgetting "ewc");`.
+/// The parameters of a forgetting strategy ([`Component`] of kind [`Kind::Forgetting`]), so
+/// that a builder taking one refuses another kind at compile time.
+pub trait ForgettingComponent: Component {}
+/// The parameters of a memory strategy.
+pub trait MemoryComponent: Component {}
+/// The parameters of a scheduler.
+pub trait SchedulerComponent: Component {}
+/// The parameters of a model.
+pub trait ModelComponent: Component {}
+
+/// Implements [`Component`] (and the kind's marker trait, [`ForgettingComponent`] …) for a
+/// parameter type: `component!(EwcParams, forgetting "ewc");`.
 #[macro_export]
 macro_rules! component {
     ($params:ty, forgetting $name:literal) => {
         $crate::component!(@ $params, Forgetting, $name);
+        impl $crate::component::ForgettingComponent for $params {}
     };
     ($params:ty, memory $name:literal) => {
         $crate::component!(@ $params, Memory, $name);
+        impl $crate::component::MemoryComponent for $params {}
     };
     ($params:ty, scheduler $name:literal) => {
         $crate::component!(@ $params, Scheduler, $name);
+        impl $crate::component::SchedulerComponent for $params {}
     };
     ($params:ty, model $name:literal) => {
         $crate::component!(@ $params, Model, $name);
+        impl $crate::component::ModelComponent for $params {}
     };
     (@ $params:ty, $kind:ident, $name:literal) => {
         impl $crate::component::Component for $params {

@@ -431,7 +431,20 @@ impl Registry {
         };
         if let Some(dims) = &d.shape {
             match crate::data::format::shape_of(dims) {
-                Some(s) if s.features() == ds.input.features() => ds.input = s,
+                Some(s) if s.features() == ds.input.features() => {
+                    ds.input = s;
+                    // Statistics computed for the old shape (per feature of a CSV row, say) are
+                    // computed again for the new one (per channel of the image).
+                    if crate::data::format::check_normalization(&ds.train.mean, &ds.train.std, s)
+                        .is_err()
+                    {
+                        let (mean, std) = ds.train.statistics(crate::data::format::groups(s));
+                        for split in [&mut ds.train, &mut ds.test] {
+                            split.mean.clone_from(&mean);
+                            split.std.clone_from(&std);
+                        }
+                    }
+                }
                 _ => {
                     return Err(cfg.error_at(
                         "data",

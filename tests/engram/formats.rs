@@ -152,6 +152,10 @@ fn float_values_and_named_labels_in_csv() {
         Values::F32(vec![0.5, -1.25, 1.5, 2.0, 2.5, 1e-3])
     );
     assert_eq!(ds.test.values, Values::F32(vec![3.0, 4.0]));
+    // A table is standardised per column: column a is 0.5, 1.5, 2.5 (mean 1.5, std √(2/3)).
+    assert_eq!(ds.train.mean.len(), 2);
+    assert!((ds.train.mean[0] - 1.5).abs() < 1e-6);
+    assert!((ds.train.std[0] - (2.0f32 / 3.0).sqrt()).abs() < 1e-6);
     // Floats survive CSV and NPY exactly.
     for f in ["csv", "npy"] {
         let out = d.path().join(format!("x-{f}"));
@@ -274,6 +278,12 @@ fn a_run_on_an_npy_export_gives_the_idx_run_s_report() {
     assert_eq!(ra["accuracy_matrix"], rb["accuracy_matrix"]);
     assert_eq!(ra["metrics"], rb["metrics"]);
     assert_eq!(ra["initial_accuracy"], rb["initial_accuracy"]);
+    // The class names travel with the data into the report.
+    assert_eq!(
+        rb["tasks"][0]["class_names"],
+        serde_json::json!(["T-shirt/top", "Trouser"])
+    );
+    assert_eq!(ra["tasks"], rb["tasks"]);
 }
 
 #[test]

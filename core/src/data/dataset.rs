@@ -174,8 +174,9 @@ impl Values {
 ///
 /// [`Split::normalized_row`] turns a row into the model's input `(x·s − mean[g])/std[g]` when a
 /// batch is gathered, `s` being [`Values::scale`] and `g` the normalisation group of the value:
-/// with one `mean`/`std` every value shares it; with one per channel (the usual case, CHW
-/// layout) value `k` of `features` belongs to channel `k / (features / channels)`.
+/// with one `mean`/`std` every value shares it; with `G` of them value `k` of `features` belongs
+/// to group `k / (features / G)`: its channel (CHW layout) for `G = channels`, itself for
+/// `G = features`.
 #[derive(Clone, Debug)]
 pub struct Split {
     /// The values, row-major `[n, features]` (images in CHW order).
@@ -184,8 +185,8 @@ pub struct Split {
     pub labels: Vec<u32>,
     /// Values per sample (784 for 28×28 gray, 3072 for 3×32×32).
     pub features: usize,
-    /// Mean of each normalisation group after scaling; 1 entry, or one per channel (each
-    /// group is `features / mean.len()` consecutive values).
+    /// Mean of each normalisation group after scaling; 1 entry, one per channel, or one per
+    /// feature (each group is `features / mean.len()` consecutive values).
     pub mean: Vec<f32>,
     /// Standard deviation of each group after scaling, each > 0; as many as `mean`.
     pub std: Vec<f32>,

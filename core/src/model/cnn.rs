@@ -11,8 +11,8 @@
 //! ReLU, the loss spike at each new task drove whole layers to zero outputs and the lowest
 //! per-task accuracy right after training was 0.72, 0.50, 0.50 on 28×28 gray and 0.48, 0.49,
 //! 0.48 on 3×32×32 colour; with the ReLU first it was 0.93, 0.90, 0.96 and 0.96, 0.90, 0.21
-//! (the last a task whose running statistics lag behind; see the book's troubleshooting
-//! chapter).
+//! (the last a task whose first steps diverged, a mean loss of 488 over its first 10 steps,
+//! which `[train] clip_norm` or the `anomaly` scheduler are for).
 //!
 //! Batch norm (Ioffe & Szegedy 2015) is the block that makes recomputation delicate: its training
 //! forward normalises with the batch's statistics *and* updates the running statistics. A

@@ -60,6 +60,9 @@ pub struct TaskSummary {
     pub index: usize,
     /// Its classes.
     pub classes: Vec<usize>,
+    /// Their names, from the dataset (`dataset.toml`, the class folders, CSV label names).
+    #[serde(default)]
+    pub class_names: Vec<String>,
     /// Training samples.
     pub train_samples: usize,
     /// Evaluation samples.

@@ -9,7 +9,8 @@
 //!   bit). Users may write one by hand.
 //! - **Assembly** ([`assemble`]): the class count is the names' count, else the largest label
 //!   plus one; class names default to the labels (`"0"`, `"1"`, …); the normalisation is
-//!   `dataset.toml`'s, else computed per channel from the training split ([`Split::statistics`]).
+//!   `dataset.toml`'s, else computed from the training split ([`Split::statistics`]) per channel
+//!   of an image or per feature of a feature vector ([`groups`]).
 //!   `[data] mean`, `std` and `shape` override it afterwards, for every format and dataset alike
 //!   (in the registry).
 //! - **Errors**: every malformed file is an [`Error::DataFile`] that names the file, the format
@@ -227,7 +228,7 @@ pub fn assemble(
     };
     let (mean, std) = match (meta.mean, meta.std) {
         (Some(m), Some(s)) => (m, s),
-        (None, None) => train.statistics(input.channels()),
+        (None, None) => train.statistics(groups(input)),
         _ => {
             return Err(bad(
                 &meta_path,
@@ -257,8 +258,18 @@ pub fn assemble(
     })
 }
 
-/// Checks a normalisation against a sample shape: 1 group or one per channel, stds finite and
-/// positive, means finite.
+/// The normalisation groups of a sample shape when the statistics are computed: one per
+/// channel of an image, one per feature of a feature vector (a table's columns have their own
+/// scales: standardisation per column).
+pub fn groups(input: InputShape) -> usize {
+    match input {
+        InputShape::Image { channels, .. } => channels,
+        InputShape::Features(n) => n,
+    }
+}
+
+/// Checks a normalisation against a sample shape: 1 group, or one per channel of an image or
+/// per feature of a feature vector ([`groups`]); stds finite and positive, means finite.
 ///
 /// # Errors
 /// The reason, for the caller to place.
@@ -267,10 +278,15 @@ pub fn check_normalization(
     std: &[f32],
     input: InputShape,
 ) -> std::result::Result<(), String> {
-    let channels = input.channels();
-    if mean.len() != std.len() || !(mean.len() == 1 || mean.len() == channels) {
+    let groups = groups(input);
+    let per = if matches!(input, InputShape::Features(_)) {
+        "feature"
+    } else {
+        "channel"
+    };
+    if mean.len() != std.len() || !(mean.len() == 1 || mean.len() == groups) {
         return Err(format!(
-            "{} means and {} stds for {input}: give 1 of each, or one per channel ({channels})",
+            "{} means and {} stds for {input}: give 1 of each, or one per {per} ({groups})",
             mean.len(),
             std.len()
         ));

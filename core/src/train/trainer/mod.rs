@@ -679,6 +679,11 @@ fn build_report(
             .map(|t| TaskSummary {
                 index: t.index,
                 classes: t.classes.clone(),
+                class_names: t
+                    .classes
+                    .iter()
+                    .map(|&c| stream.dataset.class_names[c].clone())
+                    .collect(),
                 train_samples: t.train.len(),
                 eval_samples: stream.eval_rows(t.index).0.len(),
             })
