@@ -174,6 +174,7 @@ fn build_lr(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>>
 
 /// The registration of `lr`.
 pub const LR: engram_core::registry::Registration = engram_core::registration!(scheduler "lr", "learning-rate schedule (constant, cosine, step, linear; warm-up; per task or per run)", LrParams, build_lr);
+engram_core::component!(LrParams, scheduler "lr");
 
 /// `[[scheduler]] type = "reg_warmup"` keys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -249,6 +250,7 @@ fn build_reg(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>
 
 /// The registration of `reg_warmup`.
 pub const REG_WARMUP: engram_core::registry::Registration = engram_core::registration!(scheduler "reg_warmup", "strong regularisation for the first epochs of each new task, then decay to the base strength", RegWarmupParams, build_reg);
+engram_core::component!(RegWarmupParams, scheduler "reg_warmup");
 
 /// `[[scheduler]] type = "replay_ratio"` keys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -304,6 +306,7 @@ fn build_ratio(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Schedule
 
 /// The registration of `replay_ratio`.
 pub const REPLAY_RATIO: engram_core::registry::Registration = engram_core::registration!(scheduler "replay_ratio", "replay ratio rising linearly from the second task to the last", ReplayRatioParams, build_ratio);
+engram_core::component!(ReplayRatioParams, scheduler "replay_ratio");
 
 /// `[[scheduler]] type = "cadence"` keys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -344,6 +347,7 @@ fn build_cadence(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Schedu
 
 /// The registration of `cadence`.
 pub const CADENCE: engram_core::registry::Registration = engram_core::registration!(scheduler "cadence", "evaluate every task only every k tasks (the diagonal always)", CadenceParams, build_cadence);
+engram_core::component!(CadenceParams, scheduler "cadence");
 
 /// `[[scheduler]] type = "anomaly"` keys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -466,6 +470,7 @@ fn build_anomaly(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Schedu
 
 /// The registration of `anomaly`.
 pub const ANOMALY: engram_core::registry::Registration = engram_core::registration!(scheduler "anomaly", "catch forgetting as it happens: roll back the task and retry it with stronger protection", AnomalyParams, build_anomaly);
+engram_core::component!(AnomalyParams, scheduler "anomaly");
 
 #[cfg(test)]
 mod tests {

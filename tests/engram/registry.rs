@@ -165,3 +165,46 @@ fn extension_kinds_take_one_file_and_one_line() {
         table.join("\n")
     );
 }
+
+/// Every parameter type that names its component (`component!`) names one that is registered,
+/// of that kind, and its defaults serialise to the values the registration lists (so the
+/// builder writes what `engram list` shows).
+#[test]
+fn component_names_match_the_registry() {
+    use engram::core::component::Component;
+    use engram::core::model::{cnn::CnnParams, mlp::MlpParams, vit::VitParams};
+    use engram::strategies::{
+        accumulate::AccumulateParams, amp::AmpParams, budget::BudgetParams,
+        checkpoint::CheckpointParams, constant::ConstantParams, ema::EmaParams, ewc::EwcParams,
+        naive::NaiveParams, replay::ReplayParams, schedules::*,
+    };
+    fn check<C: Component + Default>(r: &engram::core::registry::Registry) {
+        let e = r
+            .get(C::KIND, C::NAME)
+            .unwrap_or_else(|| panic!("{} `{}` is not registered", C::KIND.noun(), C::NAME));
+        // Every key the builder would write has the value `engram list` shows (a key left out
+        // is an unset `Option`, whose effective default the listing spells out).
+        let listed = (e.registration.defaults)();
+        for (k, v) in toml::Table::try_from(C::default()).unwrap() {
+            assert_eq!(Some(&v), listed.get(&k), "{} `{k}`", C::NAME);
+        }
+    }
+    let r = engram::registry();
+    check::<MlpParams>(&r);
+    check::<CnnParams>(&r);
+    check::<VitParams>(&r);
+    check::<NaiveParams>(&r);
+    check::<EwcParams>(&r);
+    check::<ReplayParams>(&r);
+    check::<EmaParams>(&r);
+    check::<CheckpointParams>(&r);
+    check::<AmpParams>(&r);
+    check::<AccumulateParams>(&r);
+    check::<BudgetParams>(&r);
+    check::<ConstantParams>(&r);
+    check::<LrParams>(&r);
+    check::<RegWarmupParams>(&r);
+    check::<ReplayRatioParams>(&r);
+    check::<CadenceParams>(&r);
+    check::<AnomalyParams>(&r);
+}
