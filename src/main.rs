@@ -233,7 +233,7 @@ enum DataCommand {
         /// The format to write.
         #[arg(long)]
         format: String,
-        /// The directory to create (it must not exist; written atomically).
+        /// The directory to create, with its parents (it must not exist; written atomically).
         #[arg(long)]
         out: PathBuf,
         /// Where the dataset's files are (default: where a run looks for them).

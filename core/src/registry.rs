@@ -445,6 +445,16 @@ impl Registry {
                         }
                     }
                 }
+                None => {
+                    return Err(cfg.error_at(
+                        "data",
+                        "shape",
+                        format!(
+                            "shape {dims:?}: a sample shape is [channels, height, width] (an image) or [features] (a vector), every entry above 0"
+                        ),
+                        Some(format!("for example [1, 28, 28], or [{}]", ds.input.features())),
+                    ));
+                }
                 _ => {
                     return Err(cfg.error_at(
                         "data",
@@ -463,8 +473,10 @@ impl Registry {
         match (&d.mean, &d.std) {
             (None, None) => {}
             (Some(m), Some(s)) => {
-                crate::data::format::check_normalization(m, s, ds.input)
-                    .map_err(|e| cfg.error_at("data", "mean", e, None))?;
+                crate::data::format::check_normalization(m, s, ds.input).map_err(|e| {
+                    let key = if e.starts_with("std") { "std" } else { "mean" };
+                    cfg.error_at("data", key, e, None)
+                })?;
                 for split in [&mut ds.train, &mut ds.test] {
                     split.mean.clone_from(m);
                     split.std.clone_from(s);

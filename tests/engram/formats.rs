@@ -232,6 +232,53 @@ fn malformed_files_are_typed_errors_that_name_the_file() {
         .write_image_data(&[0; 25])
         .unwrap();
     assert!(reason("image-folder", &img).1.contains("5×5"));
+    // NPY: a non-finite sample value names the samples' file.
+    let mut nan = floats.clone();
+    if let Values::F32(v) = &mut nan.train.values {
+        v[5] = f32::NAN;
+    }
+    let nan_dir = d.path().join("nan");
+    r.write_data(&nan, "npy", &nan_dir).unwrap();
+    let (path, why) = reason("npy", &nan_dir);
+    assert!(
+        path.ends_with("train_x.npy") && why.contains("not finite"),
+        "{path:?}: {why}"
+    );
+    // Labels that are not the indices 0..K−1 (here 0, 1 and a stray 7) are refused.
+    let sparse = d.path().join("sparse");
+    std::fs::create_dir(&sparse).unwrap();
+    std::fs::write(sparse.join("train.csv"), "label,p0\n0,3\n1,4\n7,5\n").unwrap();
+    std::fs::write(sparse.join("test.csv"), "label,p0\n0,3\n").unwrap();
+    assert!(reason("csv", &sparse).1.contains("have no training sample"));
+    // A negative CSV label is no class name.
+    std::fs::write(sparse.join("train.csv"), "label,p0\n0,3\n-1,4\n").unwrap();
+    assert!(reason("csv", &sparse).1.contains("negative"));
+    // Image folder: an image in a subfolder belongs to its class (torchvision's rule), other
+    // files are skipped, an empty train class is refused.
+    std::fs::remove_file(&bogus).unwrap();
+    let sub = img.join("train/00-T-shirt_top/more");
+    std::fs::create_dir(&sub).unwrap();
+    let some_png = std::fs::read_dir(img.join("train/00-T-shirt_top"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "png"))
+        .unwrap();
+    std::fs::copy(some_png, sub.join("99.png")).unwrap();
+    std::fs::write(img.join("train/00-T-shirt_top/notes.txt"), "x").unwrap();
+    let n = r
+        .read_data("x", Some("image-folder"), Some(&img))
+        .map(|ds| ds.train.len());
+    assert_eq!(n.unwrap(), 21);
+    std::fs::remove_dir_all(img.join("train/01-Trouser")).unwrap();
+    std::fs::create_dir(img.join("train/01-Trouser")).unwrap();
+    std::fs::remove_file(img.join("dataset.toml")).unwrap();
+    std::fs::remove_dir_all(img.join("train/08-Bag")).ok();
+    std::fs::remove_dir_all(img.join("test/08-Bag")).ok();
+    let (path, why) = reason("image-folder", &img);
+    assert!(
+        path.ends_with("01-Trouser") && why.contains("without images"),
+        "{why}"
+    );
     // A format without a path says how to give one.
     let cfg = d.path().join("c.toml");
     std::fs::write(&cfg, "[data]\nformat = \"npy\"\n[model]\ntype = \"mlp\"\n").unwrap();
@@ -416,6 +463,17 @@ fn the_library_builder_trains_in_memory_data_and_resumes_it() {
     std::fs::remove_file(out.join("report.json")).unwrap();
     let resumed = experiment().resume(&out).unwrap();
     assert_eq!(resumed.accuracy_matrix, full.accuracy_matrix);
+    // Other data under the same name (a changed normalisation) is refused, not mixed in.
+    let newest = engram::core::train::checkpoint::newest_first(&out);
+    std::fs::remove_dir_all(&newest[0]).unwrap();
+    let mut changed = ds.clone();
+    changed.train.mean = vec![0.5];
+    changed.test.mean = vec![0.5];
+    let other = experiment().dataset(changed).unwrap().resume(&out);
+    assert!(
+        matches!(&other, Err(Error::Checkpoint { message, .. }) if message.contains("other data")),
+        "{other:?}"
+    );
     // Without the data the run cannot be resumed, and says which dataset it misses.
     let (code, msg) = run(&["resume", out.to_str().unwrap()]);
     assert_ne!(code, 0);

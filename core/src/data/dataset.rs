@@ -364,6 +364,33 @@ impl Dataset {
     }
 }
 
+impl Dataset {
+    /// Hex SHA-256 of everything a run reads of the dataset: the sample shape, the class names,
+    /// both splits' values (with their type), labels and normalisation. A resumed run compares
+    /// it with the one its checkpoints recorded, so that changed files (or a changed
+    /// `dataset.toml`) are refused instead of mixed into one record.
+    pub fn fingerprint(&self) -> String {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(format!("{:?}|{:?}|", self.input.dims(), self.class_names).as_bytes());
+        for s in [&self.train, &self.test] {
+            h.update(format!(
+                "{}|{}|{:?}|{:?}|",
+                s.values.dtype(),
+                s.features,
+                s.mean,
+                s.std
+            ));
+            match &s.values {
+                Values::U8(v) => h.update(v),
+                Values::F32(v) => v.iter().for_each(|x| h.update(x.to_le_bytes())),
+            }
+            s.labels.iter().for_each(|l| h.update(l.to_le_bytes()));
+        }
+        format!("{:x}", h.finalize())
+    }
+}
+
 fn has_all(dir: &Path) -> bool {
     FILES.iter().all(|f| file_in(dir, f).is_some())
 }

@@ -230,6 +230,22 @@ impl Stream {
                 .filter(|&i| member[split.labels[i as usize] as usize])
                 .collect()
         };
+        let dealt: std::collections::BTreeSet<usize> =
+            per_task_classes.iter().flatten().copied().collect();
+        let left: Vec<String> = (0..classes)
+            .filter(|c| !dealt.contains(c))
+            .map(|c| format!("{c} ({})", dataset.class_names[c]))
+            .collect();
+        // Only when the task count was derived (explicitly fewer tasks is a choice).
+        if !left.is_empty() && cfg.tasks.is_none() {
+            eprintln!(
+                "warning: {} of the {classes} classes are in no task and their samples are not used: {}{} (tasks × classes_per_task = {}; set [data] tasks, classes_per_task or class_order to include them)",
+                left.len(),
+                left.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+                if left.len() > 5 { ", …" } else { "" },
+                dealt.len()
+            );
+        }
         let mut tasks = Vec::new();
         for (t, (cls, perm)) in per_task_classes.into_iter().zip(perms).enumerate() {
             let mut r = rng::stream(seed, "split", t as u64, 0);

@@ -53,7 +53,7 @@ pub const KEYS: [&str; 3] = ["init", "init_layout", "init_remap"];
 /// Loads `file` into `model` (see the module docs).
 ///
 /// # Errors
-/// [`Error::Io`] when the file cannot be read; [`Error::Data`] for a file that is not
+/// [`Error::Io`] when the file cannot be read; [`Error::Other`] for a file that is not
 /// safetensors, an invalid `init_remap` pattern, any shape mismatch (naming the tensors), or a
 /// file none of whose tensors match the model (naming a few of each side, so that the remap can
 /// be written).
@@ -70,7 +70,7 @@ pub fn load(
     let mut remapper = KeyRemapper::new();
     for [from, to] in remap {
         remapper = remapper.add_pattern(from, to.clone()).map_err(|e| {
-            Error::Data(format!(
+            Error::Other(format!(
                 "[model] init_remap: `{from}` is not a regular expression: {e}"
             ))
         })?;
@@ -84,7 +84,7 @@ pub fn load(
     }
     let mut model = model;
     let result = model.load_from(&mut store).map_err(|e| {
-        Error::Data(format!(
+        Error::Other(format!(
             "{}: not a safetensors file engram can read: {e}",
             file.display()
         ))
@@ -96,7 +96,7 @@ pub fn load(
             .take(3)
             .map(|e| e.to_string())
             .collect();
-        return Err(Error::Data(format!(
+        return Err(Error::Other(format!(
             "{}: {} tensors do not fit the model ({}); check `[model]` keys against the model that wrote the file{}",
             file.display(),
             result.errors.len(),
@@ -110,7 +110,7 @@ pub fn load(
     }
     if result.applied.is_empty() {
         let few = |v: Vec<&str>| v.into_iter().take(4).collect::<Vec<_>>().join(", ");
-        return Err(Error::Data(format!(
+        return Err(Error::Other(format!(
             "{}: none of its tensors is a parameter of the model (file: {}; model: {}); rename them with `init_remap = [[\"^old\\\\.\", \"new.\"]]`",
             file.display(),
             few(result.unused.iter().map(String::as_str).collect()),

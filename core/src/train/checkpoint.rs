@@ -75,6 +75,9 @@ pub struct Progress {
     pub retries: usize,
     /// What `[model] init` loaded at the start of the run (`None`: a random start).
     pub init: Option<crate::model::init::InitReport>,
+    /// The data the run started on ([`crate::data::Dataset::fingerprint`]); empty in
+    /// checkpoints of older versions.
+    pub data_sha256: String,
 }
 
 impl Progress {
@@ -122,6 +125,7 @@ impl Default for Progress {
             adjust: (1.0, 1.0, 0.0),
             retries: 0,
             init: None,
+            data_sha256: String::new(),
         }
     }
 }

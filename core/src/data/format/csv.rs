@@ -154,6 +154,23 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
         ));
     }
     let mut meta = Meta::read(dir)?.unwrap_or_default();
+    for (t, file) in [(&train, FILES[0]), (&test, FILES[1])] {
+        if let Some((row, l)) = t
+            .labels
+            .iter()
+            .enumerate()
+            .find(|(_, l)| l.parse::<i64>().is_ok_and(|v| v < 0))
+        {
+            return Err(bad(
+                &dir.join(file),
+                FORMAT,
+                format!(
+                    "row {}: label {l} is negative; labels are class indices (0 or more) or class names",
+                    row + 1
+                ),
+            ));
+        }
+    }
     let numeric = train
         .labels
         .iter()

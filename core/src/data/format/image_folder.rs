@@ -7,7 +7,8 @@
 //!   `dataset.toml`'s `class_names` when it has them.
 //! - Sample order: sorted by file name across the classes (ties by class), so that files
 //!   numbered in their original order (as `engram data export` writes them) read back in it.
-//!   Files whose name starts with `.` are skipped.
+//!   Images in subfolders of a class folder belong to it; files whose name starts with `.` and
+//!   files that are not `.png`, `.jpg` or `.jpeg` are skipped (with a warning that counts them).
 //! - Channels: 3 (RGB, CHW) when any image has colour (gray ones are repeated into three
 //!   channels), else 1; alpha is dropped; 16-bit images are reduced to 8 bits. Every image
 //!   must have the first one's size.
@@ -60,6 +61,7 @@ fn class_dirs(split_dir: &Path) -> Result<Vec<(String, PathBuf)>> {
 
 /// One decoded image: `[c, h, w]` bytes with c = 1 or 3.
 struct Image {
+    path: PathBuf,
     size: (u32, u32),
     color: bool,
     pixels: Vec<u8>,
@@ -89,12 +91,14 @@ fn decode(path: &Path) -> Result<Image> {
             }
         }
         Ok(Image {
+            path: path.to_path_buf(),
             size,
             color: true,
             pixels: chw,
         })
     } else {
         Ok(Image {
+            path: path.to_path_buf(),
             size,
             color: false,
             pixels: img.into_luma8().into_raw(),
@@ -102,9 +106,43 @@ fn decode(path: &Path) -> Result<Image> {
     }
 }
 
+/// The image extensions read (as torchvision's `ImageFolder`, other files are skipped).
+const EXTENSIONS: [&str; 3] = ["png", "jpg", "jpeg"];
+
+/// Every image file under `dir`, in its subfolders too (as torchvision's `ImageFolder`), as
+/// `(file name, path)`; other files are counted in `skipped`.
+fn images_in(
+    dir: &Path,
+    out: &mut Vec<(String, PathBuf)>,
+    skipped: &mut Vec<PathBuf>,
+) -> Result<()> {
+    for (name, p) in sorted_entries(dir)? {
+        if p.is_dir() {
+            images_in(&p, out, skipped)?;
+        } else if p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+        {
+            out.push((name, p));
+        } else {
+            skipped.push(p);
+        }
+    }
+    Ok(())
+}
+
 /// Reads one split: images with their labels in sorted file-name order.
-fn read_split(dir: &Path, classes: &[String], split: &str) -> Result<Vec<(Image, u32)>> {
+/// With `require_images`, a class folder without images is an error (the classes come from
+/// the folders, and an empty one is a class no sample has).
+fn read_split(
+    dir: &Path,
+    classes: &[String],
+    split: &str,
+    require_images: bool,
+) -> Result<Vec<(Image, u32)>> {
     let mut files: Vec<(String, u32, PathBuf)> = Vec::new();
+    let mut skipped = Vec::new();
     for (name, path) in class_dirs(&dir.join(split))? {
         let Some(label) = classes.iter().position(|c| *c == name) else {
             return Err(bad(
@@ -113,11 +151,24 @@ fn read_split(dir: &Path, classes: &[String], split: &str) -> Result<Vec<(Image,
                 format!("class folder `{name}` has no train folder of the same name"),
             ));
         };
-        for (file, p) in sorted_entries(&path)? {
-            if p.is_file() {
-                files.push((file, label as u32, p));
-            }
+        let mut found = Vec::new();
+        images_in(&path, &mut found, &mut skipped)?;
+        if found.is_empty() && require_images {
+            return Err(bad(
+                &path,
+                FORMAT,
+                "a train class folder without images (.png, .jpg, .jpeg); remove it, add its images, or name every class in dataset.toml's class_names to keep it",
+            ));
         }
+        files.extend(found.into_iter().map(|(f, p)| (f, label as u32, p)));
+    }
+    if let Some(first) = skipped.first() {
+        eprintln!(
+            "warning: {}: skipped {} file(s) that are not .png, .jpg or .jpeg images (first: {})",
+            dir.join(split).display(),
+            skipped.len(),
+            first.display()
+        );
     }
     if files.is_empty() {
         return Err(bad(
@@ -145,24 +196,27 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
         .into_iter()
         .map(|(n, _)| n)
         .collect();
-    let train = read_split(dir, &classes, SPLITS[0])?;
-    let test = read_split(dir, &classes, SPLITS[1])?;
+    let mut meta = Meta::read(dir)?.unwrap_or_default();
+    // Without dataset.toml's class names, every train class folder must hold images.
+    let train = read_split(dir, &classes, SPLITS[0], meta.class_names.is_none())?;
+    let test = read_split(dir, &classes, SPLITS[1], false)?;
     let size = train[0].0.size;
+    let first = train[0].0.path.clone();
     let color = train.iter().chain(&test).any(|(i, _)| i.color);
     let channels = if color { 3 } else { 1 };
-    let raw = |items: Vec<(Image, u32)>, split: &str| -> Result<Raw> {
+    let raw = |items: Vec<(Image, u32)>| -> Result<Raw> {
         let mut values = Vec::with_capacity(items.len() * channels * (size.0 * size.1) as usize);
         let mut labels = Vec::with_capacity(items.len());
-        for (k, (img, label)) in items.into_iter().enumerate() {
+        for (img, label) in items {
             if img.size != size {
                 return Err(bad(
-                    &dir.join(split),
+                    &img.path,
                     FORMAT,
                     format!(
-                        "image {} (in sorted order) is {}×{}, the first train image {}×{}; give every image one size",
-                        k + 1,
+                        "{}×{} pixels, but the first train image ({}) is {}×{}; give every image one size",
                         img.size.0,
                         img.size.1,
+                        first.display(),
                         size.0,
                         size.1
                     ),
@@ -182,7 +236,6 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
             labels,
         })
     };
-    let mut meta = Meta::read(dir)?.unwrap_or_default();
     if meta.class_names.is_none() {
         meta.class_names = Some(classes.clone());
     }
@@ -191,8 +244,8 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
         FORMAT,
         &name,
         dir,
-        raw(train, SPLITS[0])?,
-        raw(test, SPLITS[1])?,
+        raw(train)?,
+        raw(test)?,
         InputShape::Image {
             channels,
             height: size.1 as usize,

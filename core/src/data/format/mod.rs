@@ -217,7 +217,28 @@ pub fn assemble(
             }
             names
         }
-        None => (0..=top).map(|c| c.to_string()).collect(),
+        None => {
+            // Classes are the labels 0..=top: each must have training samples, or the labels
+            // are not class indices (a stray 1000000 would make a head a million wide).
+            let mut seen = vec![false; top + 1];
+            train.labels.iter().for_each(|&l| seen[l as usize] = true);
+            let empty: Vec<usize> = (0..=top).filter(|&c| !seen[c]).collect();
+            if !empty.is_empty() {
+                let few: Vec<String> = empty.iter().take(5).map(|c| c.to_string()).collect();
+                return Err(bad(
+                    dir,
+                    format,
+                    format!(
+                        "labels must be the class indices 0..{}: {} of them have no training sample ({}{}); renumber the labels, or name every class in dataset.toml's class_names to keep empty classes",
+                        top + 1,
+                        empty.len(),
+                        few.join(", "),
+                        if empty.len() > 5 { ", …" } else { "" }
+                    ),
+                ));
+            }
+            (0..=top).map(|c| c.to_string()).collect()
+        }
     };
     let mut train = Split {
         values: train.values,
@@ -408,17 +429,50 @@ mod tests {
         }
     }
 
+    fn input_of() -> InputShape {
+        InputShape::Image {
+            channels: 2,
+            height: 1,
+            width: 2,
+        }
+    }
+
     #[test]
     fn assembly_counts_classes_names_them_and_normalises_per_channel() {
         // Two 2-channel 1×2 samples: channel 0 holds 0 and 255, channel 1 always 51.
         let train = raw(vec![0, 0, 51, 51, 255, 255, 51, 51], vec![0, 2]);
         let test = raw(vec![1, 2, 3, 4], vec![1]);
+        // Label 1 has no training sample: the labels are not class indices.
+        let gap = assemble(
+            "npy",
+            "toy",
+            Path::new("d"),
+            train.clone(),
+            test.clone(),
+            input_of(),
+            None,
+        );
+        assert!(matches!(gap, Err(Error::DataFile { reason, .. }) if reason.contains("1 of them")));
+        // Named in dataset.toml, class 1 may have test samples only.
+        let names = Meta {
+            class_names: Some(vec!["0".into(), "1".into(), "2".into()]),
+            ..Meta::default()
+        };
         let input = InputShape::Image {
             channels: 2,
             height: 1,
             width: 2,
         };
-        let ds = assemble("npy", "toy", Path::new("d"), train, test, input, None).unwrap();
+        let ds = assemble(
+            "npy",
+            "toy",
+            Path::new("d"),
+            train,
+            test,
+            input,
+            Some(names),
+        )
+        .unwrap();
         assert_eq!(ds.classes, 3);
         assert_eq!(ds.class_names, ["0", "1", "2"]);
         // Channel 0: values 0, 0, 1, 1 → mean 0.5, std 0.5; channel 1 constant 0.2 → std 1.

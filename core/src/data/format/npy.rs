@@ -288,6 +288,20 @@ fn to_chw(values: Values, n: usize, h: usize, w: usize, c: usize) -> Values {
 fn split(src: &Source, x: &str, y: &str) -> Result<(InputShape, Raw)> {
     let (xpath, xshape, xdata) = read_array(src, x)?;
     let (ypath, yshape, ydata) = read_array(src, y)?;
+    if let Data::F32(v) = &xdata
+        && let Some(i) = v.iter().position(|x| !x.is_finite())
+    {
+        return Err(bad(
+            &xpath,
+            FORMAT,
+            format!(
+                "value {} (flat index {i}, sample {}) is not finite: {}",
+                i + 1,
+                i / (v.len() / xshape[0].max(1)).max(1),
+                v[i]
+            ),
+        ));
+    }
     let (input, array) = samples(&xpath, &xshape, xdata)?;
     let Data::I64(labels) = ydata else {
         unreachable!("labels decode as i64")

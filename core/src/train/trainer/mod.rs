@@ -144,7 +144,10 @@ fn run_inner(
             &path,
         )?,
         None => {
-            let mut pr = Progress::default();
+            let mut pr = Progress {
+                data_sha256: p.data_sha256.clone(),
+                ..Progress::default()
+            };
             let model = match load_init(&p.cfg, model)? {
                 (m, Some(r)) => {
                     pr.init = Some(r);

@@ -31,6 +31,9 @@ pub struct Prepared {
     pub plugins: Vec<crate::plugin::PluginInfo>,
     /// The registry the run was prepared with (its model factory builds [`Prepared::build_model`]).
     pub registry: Registry,
+    /// The data's fingerprint ([`crate::data::Dataset::fingerprint`]), recorded in every
+    /// checkpoint and checked on resume.
+    pub data_sha256: String,
 }
 
 /// Resolves a path from the config against `base_dir` ([`LoadedConfig::base_dir`]); an
@@ -106,6 +109,7 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     let memory = registry.build_memory(&cfg, &bcx)?;
     let schedulers = registry.build_schedulers(&cfg, &bcx)?;
     Ok(Prepared {
+        data_sha256: stream.dataset.fingerprint(),
         plugins: registry.plugins().to_vec(),
         registry: registry.clone(),
         cfg,
@@ -138,13 +142,26 @@ pub fn load_init(
 ) -> Result<(Model, Option<crate::model::init::InitReport>)> {
     let m = &cfg.config.model;
     let Some(file) = &m.init else {
+        if m.init_layout != crate::model::init::InitLayout::default() || !m.init_remap.is_empty() {
+            let key = if m.init_remap.is_empty() {
+                "init_layout"
+            } else {
+                "init_remap"
+            };
+            return Err(cfg.error_at(
+                "model",
+                key,
+                format!("`{key}` says how to read `init`, and there is no `init`"),
+                Some("add `init = \"weights.safetensors\"`, or remove the key".into()),
+            ));
+        }
         return Ok((model, None));
     };
     let file = relative_to(&cfg.base_dir, file);
     crate::model::init::load(model, &file, m.init_layout, &m.init_remap)
         .map(|(model, r)| (model, Some(r)))
         .map_err(|e| {
-            let key = if matches!(&e, Error::Data(m) if m.contains("init_remap")) {
+            let key = if matches!(&e, Error::Other(m) if m.contains("init_remap")) {
                 "init_remap"
             } else {
                 "init"

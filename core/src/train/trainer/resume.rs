@@ -61,8 +61,9 @@ pub(crate) fn on_device(mut cfg: LoadedConfig, device: Option<&str>) -> Result<L
 
 /// The checkpoint contract, the same for `resume`, `eval` and `export`: checkpoint `ck` (at
 /// `path`) belongs to the run prepared as `p` when it was written under the same effective
-/// config (SHA-256 of `config.toml`; checkpoints of older versions carry none) and saved the
-/// state of the same strategies, in the same order.
+/// config (SHA-256 of `config.toml`; checkpoints of older versions carry none), on the same
+/// data ([`crate::data::Dataset::fingerprint`]) and saved the state of the same strategies, in
+/// the same order.
 ///
 /// # Errors
 /// [`Error::Checkpoint`] naming both configs' hashes or both strategy lists.
@@ -78,6 +79,15 @@ pub fn check_belongs(p: &Prepared, ck: &Checkpoint, path: &Path) -> Result<()> {
             &ck.config_sha256[..12.min(ck.config_sha256.len())],
             p.cfg.file.display(),
             &have[..12]
+        )));
+    }
+    let data = &ck.progress.data_sha256;
+    if !data.is_empty() && *data != p.data_sha256 {
+        return Err(bad(format!(
+            "was written on other data (SHA-256 {}…) than {} now reads ({}…): the dataset's files, its dataset.toml or [data] mean/std/shape changed since the run started; restore them, or start a new run",
+            &data[..12.min(data.len())],
+            p.cfg.file.display(),
+            &p.data_sha256[..12]
         )));
     }
     let check =
