@@ -48,6 +48,12 @@ fn main() -> engram::core::Result<()> {
         m.forgetting.unwrap_or(f64::NAN)
     );
     // ANCHOR_END: experiment
+    // ANCHOR: resume
+    // The same experiment continues a run from its last checkpoint (here a finished one: its
+    // report is rewritten from it, identical).
+    let again = experiment.resume(&out)?;
+    assert_eq!(again.accuracy_matrix, report.accuracy_matrix);
+    // ANCHOR_END: resume
     let _ = std::fs::remove_dir_all(out);
     Ok(())
 }
