@@ -120,18 +120,7 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
 /// [`Error::DataFile`] for float values, feature vectors or more than 255 classes (IDX holds
 /// bytes), [`Error::Io`] when a file cannot be written.
 pub fn write(ds: &Dataset, dir: &Path) -> Result<()> {
-    let InputShape::Image {
-        channels,
-        height,
-        width,
-    } = ds.input
-    else {
-        return Err(bad(
-            dir,
-            FORMAT,
-            format!("IDX holds images; this dataset's samples are {}", ds.input),
-        ));
-    };
+    let [channels, height, width] = super::byte_images(ds, dir, FORMAT)?;
     if ds.classes > 256 {
         return Err(bad(
             dir,
@@ -147,14 +136,7 @@ pub fn write(ds: &Dataset, dir: &Path) -> Result<()> {
         (&ds.test, FILES[2], FILES[3]),
     ] {
         let Values::U8(v) = &split.values else {
-            return Err(bad(
-                dir,
-                FORMAT,
-                format!(
-                    "IDX holds bytes; this dataset holds {}",
-                    split.values.dtype()
-                ),
-            ));
+            unreachable!("byte_images checked both splits")
         };
         let n = split.len() as u32;
         let dims: Vec<u32> = if channels == 1 {

@@ -280,21 +280,7 @@ pub fn class_folder(label: usize, classes: usize, name: &str) -> String {
 /// [`Error::DataFile`] for float values or samples that are not 1- or 3-channel images;
 /// [`Error::Io`] when a file cannot be written.
 pub fn write(ds: &Dataset, dir: &Path) -> Result<()> {
-    let InputShape::Image {
-        channels,
-        height,
-        width,
-    } = ds.input
-    else {
-        return Err(bad(
-            dir,
-            FORMAT,
-            format!(
-                "an image folder holds images; this dataset's samples are {}",
-                ds.input
-            ),
-        ));
-    };
+    let [channels, height, width] = super::byte_images(ds, dir, FORMAT)?;
     let color = match channels {
         1 => image::ExtendedColorType::L8,
         3 => image::ExtendedColorType::Rgb8,
@@ -308,14 +294,7 @@ pub fn write(ds: &Dataset, dir: &Path) -> Result<()> {
     };
     for (split, name) in [(&ds.train, SPLITS[0]), (&ds.test, SPLITS[1])] {
         let Values::U8(v) = &split.values else {
-            return Err(bad(
-                dir,
-                FORMAT,
-                format!(
-                    "PNG images hold bytes; this dataset holds {}",
-                    split.values.dtype()
-                ),
-            ));
+            unreachable!("byte_images checked both splits")
         };
         let folders: Vec<PathBuf> = (0..ds.classes)
             .map(|c| {

@@ -321,6 +321,42 @@ pub fn check_normalization(
     Ok(())
 }
 
+/// The `[channels, height, width]` of a dataset a writer of 8-bit images (IDX, PNG) can
+/// write: image samples held as bytes in both splits.
+///
+/// # Errors
+/// [`Error::DataFile`] naming `dir` and `format` for feature vectors or float values.
+pub fn byte_images(ds: &Dataset, dir: &Path, format: &'static str) -> Result<[usize; 3]> {
+    let InputShape::Image {
+        channels,
+        height,
+        width,
+    } = ds.input
+    else {
+        return Err(bad(
+            dir,
+            format,
+            format!(
+                "{format} holds images; this dataset's samples are {}",
+                ds.input
+            ),
+        ));
+    };
+    for split in [&ds.train, &ds.test] {
+        if !matches!(split.values, Values::U8(_)) {
+            return Err(bad(
+                dir,
+                format,
+                format!(
+                    "{format} holds bytes; this dataset holds {}",
+                    split.values.dtype()
+                ),
+            ));
+        }
+    }
+    Ok([channels, height, width])
+}
+
 /// Labels read as signed integers, checked to be in `0..2³²`.
 ///
 /// # Errors
