@@ -268,6 +268,20 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// The training loss became infinite or NaN (without loss scaling, which skips such
+    /// steps instead). `hints` are what the run's strategies suggest
+    /// ([`crate::strategy::ForgettingStrategy::divergence_hint`]), after the general advice.
+    #[error("strategy `{strategy}`: the loss is {value}{at}: training diverged (lower the learning rate or add clip_norm{})", hints.iter().map(|h| format!("; {h}")).collect::<String>())]
+    Diverged {
+        /// The memory strategy whose step computed the loss.
+        strategy: String,
+        /// The loss value read back (`inf`, `-inf` or `NaN`).
+        value: f32,
+        /// Where, as ` at task T, epoch E, step S of the task` (empty when not known).
+        at: String,
+        /// Strategy-specific advice, one sentence each.
+        hints: Vec<String>,
+    },
     /// A checkpoint is missing, corrupt or from another run.
     #[error("checkpoint {}: {message}", path.display())]
     Checkpoint {
@@ -309,6 +323,18 @@ impl Error {
             | Error::MemoryBudget(_)
             | Error::Device { .. }
             | Error::Checkpoint { .. } => 2,
+            // A device, a FIFO or a directory given as a file, or a file over its limit
+            // (`fsutil::read_bounded`), is bad input, not a failure of the disk.
+            Error::Io { source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::InvalidInput
+                        | std::io::ErrorKind::FileTooLarge
+                        | std::io::ErrorKind::InvalidData
+                ) =>
+            {
+                2
+            }
             Error::Plugin(e) => match e {
                 PluginError::Panicked { .. } => 1,
                 _ => 2,

@@ -480,6 +480,31 @@ impl ForgettingStrategy for Ewc {
         Ok(())
     }
 
+    fn divergence_hint(&self) -> Option<String> {
+        if self.anchors.is_empty() || self.p.lambda == 0.0 {
+            return None;
+        }
+        let mut h = format!(
+            "ewc pulls the weights toward the earlier tasks with λ = {}",
+            self.p.lambda
+        );
+        if self.p.dynamic_lambda {
+            h.push_str(" (scaled up by dynamic_lambda)");
+        }
+        h.push_str(": lower `lambda`");
+        match self.p.update {
+            Update::Gradient if self.p.stiffness_cap == 0.0 => h.push_str(
+                ", set `stiffness_cap = 1` (0 turns the cap off) or use `update = \"proximal\"`, which is stable at any λ",
+            ),
+            Update::Gradient => h.push_str(&format!(
+                ", lower `stiffness_cap` (now {}) or use `update = \"proximal\"`, which is stable at any λ",
+                self.p.stiffness_cap
+            )),
+            Update::Proximal => {}
+        }
+        Some(h)
+    }
+
     fn after_task(&mut self, cx: &mut TaskContext<'_>) -> Result<()> {
         let mut refs = cx.train_refs();
         if self.p.fisher_samples > 0 && refs.len() > self.p.fisher_samples {

@@ -214,6 +214,47 @@ fn a_diverged_run_keeps_its_steps_and_where_it_stopped() {
     assert_eq!(code, 0, "{msg}");
 }
 
+/// A divergence that the EWC penalty causes names EWC's keys (λ, the stiffness cap, the
+/// proximal update) after the general advice, and where it happened; naive's does not.
+#[test]
+fn a_divergence_names_the_strategy_keys_that_cause_it() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(
+        d.path(),
+        "c.toml",
+        "[[forgetting]]\ntype = \"ewc\"\nlambda = 1e9\nupdate = \"gradient\"\nstiffness_cap = 0\n",
+    );
+    let (code, msg) = run_to(&cfg, &d.path().join("ewc"), &["-q"], &[]);
+    assert_eq!(code, 1, "{msg}");
+    assert!(msg.contains(" at task 1, epoch 0, step "), "{msg}");
+    assert!(
+        msg.contains(
+            "(lower the learning rate or add clip_norm; ewc pulls the weights toward the earlier tasks with λ = 1000000000: lower `lambda`, set `stiffness_cap = 1`"
+        ),
+        "{msg}"
+    );
+    let (code, msg) = run_to(
+        &cfg,
+        &d.path().join("lr"),
+        &[
+            "-q",
+            "--set",
+            "optimizer.lr=1e30",
+            "--set",
+            "forgetting.0.lambda=0",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{msg}");
+    assert!(
+        msg.contains("at task 0, epoch 0, step ")
+            && msg.ends_with(
+                "of the task: training diverged (lower the learning rate or add clip_norm)\n"
+            ),
+        "{msg}"
+    );
+}
+
 #[test]
 fn a_second_writer_is_refused_while_the_lock_is_held() {
     let d = tempfile::tempdir().unwrap();

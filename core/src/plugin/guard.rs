@@ -120,6 +120,13 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
             self.inner.after_task(cx)
         })?
     }
+    fn divergence_hint(&self) -> Option<String> {
+        // Asked while a divergence is reported: a hint that panics is left out.
+        guard(&self.lib, &self.name, "divergence_hint", || {
+            self.inner.divergence_hint()
+        })
+        .unwrap_or(None)
+    }
     fn state(&self) -> crate::Result<StrategyState> {
         guard(&self.lib, &self.name, "state", || self.inner.state())?
     }

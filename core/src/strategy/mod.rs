@@ -253,6 +253,14 @@ pub trait ForgettingStrategy: Send {
         Ok(())
     }
 
+    /// Advice for a run that diverged (an infinite or NaN loss) while this strategy acted on
+    /// it: one sentence naming the keys of this strategy to change, or `None` (the default)
+    /// when the strategy cannot have caused it. The trainer adds every strategy's hint to
+    /// [`crate::Error::Diverged`], after the general advice (learning rate, `clip_norm`).
+    fn divergence_hint(&self) -> Option<String> {
+        None
+    }
+
     /// The state to checkpoint.
     fn state(&self) -> Result<StrategyState> {
         Ok(StrategyState::default())

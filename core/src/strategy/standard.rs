@@ -25,7 +25,7 @@ pub struct Standard;
 /// the loss multiplied by `loss_scale`, ready for backward.
 ///
 /// # Errors
-/// [`Error::Strategy`] naming `strategy` when the loss is not finite and no loss scaling is
+/// [`Error::Diverged`] naming `strategy` when the loss is not finite and no loss scaling is
 /// active (a scaler handles inf/NaN by skipping the step).
 pub fn read_loss(
     loss: Tensor<1>,
@@ -36,11 +36,11 @@ pub fn read_loss(
     let value = loss.clone().into_scalar::<f32>();
     let sample_losses = ce.into_data().convert::<f32>().try_to_vec::<f32>().ok();
     if !value.is_finite() && loss_scale == 1.0 {
-        return Err(Error::Strategy {
+        return Err(Error::Diverged {
             strategy: strategy.into(),
-            message: format!(
-                "the loss is {value}: training diverged (lower the learning rate or add clip_norm)"
-            ),
+            value,
+            at: String::new(),
+            hints: Vec::new(),
         });
     }
     let scaled = if loss_scale == 1.0 {

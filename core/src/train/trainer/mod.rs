@@ -161,7 +161,25 @@ fn run_inner(
     let parameters = model.numel() as u64;
     // Plugin faults are turned into errors here already, so that they are recorded too.
     let result =
-        crate::plugin::catch_faults(|| train_loop(p, opts, model, optim, &mut pr, &inner, &ad, t0));
+        crate::plugin::catch_faults(|| train_loop(p, opts, model, optim, &mut pr, &inner, &ad, t0))
+            .map_err(|e| match e {
+                // The strategies that shape the update say which of their keys to change.
+                Error::Diverged {
+                    strategy,
+                    value,
+                    at,
+                    mut hints,
+                } => {
+                    hints.extend(p.forgetting.iter().filter_map(|s| s.divergence_hint()));
+                    Error::Diverged {
+                        strategy,
+                        value,
+                        at,
+                        hints,
+                    }
+                }
+                e => e,
+            });
     if let Err(e) = &result
         && !matches!(e, Error::Interrupted(_))
     {
@@ -328,7 +346,7 @@ fn train_loop(
             pr.task_train = PhaseMemory::default();
         }
 
-        leaks.start_task();
+        leaks.start_task(round);
         let steps_per_epoch = info.train_samples.div_ceil(c.train.batch_size);
         let steps_per_task = steps_per_epoch * c.train.epochs;
         let bar = progress_bar(opts.progress, steps_per_task as u64, round, rounds, joint);
@@ -397,6 +415,20 @@ fn train_loop(
                                 "{message} (task {round}, epoch {epoch}, step {} of the task)",
                                 pr.step_in_task
                             ),
+                        },
+                        Error::Diverged {
+                            strategy,
+                            value,
+                            hints,
+                            ..
+                        } => Error::Diverged {
+                            strategy,
+                            value,
+                            at: format!(
+                                " at task {round}, epoch {epoch}, step {} of the task",
+                                pr.step_in_task
+                            ),
+                            hints,
                         },
                         other => other,
                     })?;
