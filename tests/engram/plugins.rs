@@ -636,3 +636,89 @@ fn a_plugin_model_trains_resumes_evaluates_and_exports() {
         assert!(!out.exists());
     }
 }
+
+/// The leak alarm on a real run with a strategy that really leaks (`fixture-leak` keeps host
+/// copies of batches): growth within a task is raised in that task, growth from task to task
+/// (each task flat once started, so no per-task baseline sees it) is raised across tasks,
+/// `on_leak = "stop"` ends the run with the summary, and the same run keeping nothing raises
+/// nothing.
+#[test]
+fn the_leak_alarm_catches_a_leaking_strategy_within_and_across_tasks() {
+    let d = tempfile::tempdir().unwrap();
+    let fixture = plugin_lib("engram_plugin_fixture");
+    let config = |name: &str, keep: &str, copies: usize, extra: &str| {
+        let text = format!(
+            "plugins = [{:?}]\n[run]\nseed = 0\n[data]\ndataset = \"fashion-mnist\"\ntasks = 3\n\
+             classes_per_task = 2\nsubsample = 1500\ntest_subsample = 300\n[model]\ntype = \"mlp\"\n\
+             hidden = [64]\n[optimizer]\ntype = \"sgd\"\nlr = 0.05\n[train]\nbatch_size = 64\n{extra}\
+             [[forgetting]]\ntype = \"fixture-leak\"\nkeep = \"{keep}\"\ncopies = {copies}\n",
+            fixture.to_str().unwrap()
+        );
+        let p = d.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let events = |out: &Path| -> Vec<(u64, String)> {
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "leak")
+            .map(|e| {
+                (
+                    e["task"].as_u64().unwrap(),
+                    e["message"].as_str().unwrap().into(),
+                )
+            })
+            .collect()
+    };
+    let go = |cfg: &Path, out: &str| {
+        let out = d.path().join(out);
+        let (code, msg) = crate::util::run_quiet(cfg, &out, &[], &[]);
+        (code, msg, out)
+    };
+
+    // Keeping nothing: no alarm.
+    let (code, msg, out) = go(&config("none.toml", "every-step", 0, ""), "none");
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(events(&out), vec![]);
+
+    // Every step: the first task's own growth is raised in task 0.
+    let (code, msg, out) = go(&config("every.toml", "every-step", 64, ""), "every");
+    assert_eq!(code, 0, "{msg}");
+    let ev = events(&out);
+    assert!(
+        ev.iter().any(|(t, m)| *t == 0
+            && m.starts_with("memory grew from ")
+            && m.contains("(step 3 of the task)")),
+        "{ev:?}"
+    );
+
+    // The first steps of each task only: flat within every task, growing across them.
+    let (code, msg, out) = go(&config("start.toml", "task-start", 128, ""), "start");
+    assert_eq!(code, 0, "{msg}");
+    let ev = events(&out);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(ev[0].0 >= 1, "{ev:?}");
+    assert!(
+        ev[0].1.starts_with("memory grew from task to task: ")
+            && ev[0].1.contains("at the same step of task 0"),
+        "{ev:?}"
+    );
+    assert!(msg.contains("warning: leak alarm at task "), "{msg}");
+
+    // on_leak = "stop" ends the run there, with the summary.
+    let (code, msg, _) = go(
+        &config("stop.toml", "task-start", 128, "on_leak = \"stop\"\n"),
+        "stop",
+    );
+    assert_eq!(code, 1, "{msg}");
+    assert!(
+        msg.contains("leak alarm (on_leak = \"stop\") at task ")
+            && msg.contains("memory grew from task to task"),
+        "{msg}"
+    );
+}

@@ -80,14 +80,24 @@ impl PhaseMeter {
 }
 
 /// The leak alarm (the seed's §6.1): bytes in use at the same point of successive steps (after
-/// the optimiser step) are compared with a per-task baseline taken once the task's first steps
-/// have allocated what they keep; usage above `factor ×` the baseline (and at least 16 MiB
-/// above it, so small runs do not trip on noise) raises the alarm, once per task.
+/// the optimiser step) are compared with two baselines, each taken at step
+/// `LEAK_WARMUP_STEPS` of a task, once that task's first steps have allocated what they keep:
+///
+/// - **within a task**, against the task's own baseline: raised once per task;
+/// - **across tasks**, each task's baseline against the first task's (of this process: a
+///   resumed run starts a new one): memory that grows from task to task, raised once per run.
+///
+/// Either alarm needs usage above `factor ×` the baseline *and* at least 16 MiB above it, so
+/// that small runs do not trip on noise.
 #[derive(Clone, Debug)]
 pub struct LeakDetector {
     factor: f64,
+    task: usize,
     baseline: Option<u64>,
     raised: bool,
+    /// The first task's index and baseline (bytes).
+    first: Option<(usize, u64)>,
+    raised_across: bool,
 }
 
 /// Steps of a task before its baseline is taken.
@@ -100,35 +110,57 @@ impl LeakDetector {
     pub fn new(factor: f64) -> Self {
         Self {
             factor,
+            task: 0,
             baseline: None,
             raised: false,
+            first: None,
+            raised_across: false,
         }
     }
 
-    /// Starts a new task (a new baseline).
-    pub fn start_task(&mut self) {
+    /// Starts task `task` (a new task baseline; the first task's is kept).
+    pub fn start_task(&mut self, task: usize) {
+        self.task = task;
         self.baseline = None;
         self.raised = false;
     }
 
-    /// Records `bytes` in use after step `step_in_task`; returns a summary the first time the
-    /// usage exceeds the threshold in this task.
+    fn exceeds(&self, bytes: u64, base: u64) -> bool {
+        (bytes as f64) > self.factor * base as f64 && bytes.saturating_sub(base) >= LEAK_MIN_BYTES
+    }
+
+    /// Records `bytes` in use after step `step_in_task` of the current task; returns a summary
+    /// the first time the usage exceeds the task's threshold in this task, or the first time a
+    /// task's baseline exceeds the first task's.
     pub fn observe(&mut self, step_in_task: usize, bytes: u64) -> Option<String> {
         if step_in_task < LEAK_WARMUP_STEPS {
             return None;
         }
-        let base = *self.baseline.get_or_insert(bytes);
-        if self.raised
-            || (bytes as f64) <= self.factor * base as f64
-            || bytes.saturating_sub(base) < LEAK_MIN_BYTES
-        {
+        let mib = |b: u64| b as f64 / 1048576.0;
+        let Some(base) = self.baseline else {
+            self.baseline = Some(bytes);
+            let &mut (t0, first) = self.first.get_or_insert((self.task, bytes));
+            if self.raised_across || !self.exceeds(bytes, first) {
+                return None;
+            }
+            self.raised_across = true;
+            return Some(format!(
+                "memory grew from task to task: {:.1} MiB at step {LEAK_WARMUP_STEPS} of task {} against {:.1} MiB at the same step of task {t0}: {:.2}× that, above the {:.2}× alarm; something keeps data from every task (a buffer without a bound, a strategy storing each task's batches or graphs?)",
+                mib(bytes),
+                self.task,
+                mib(first),
+                bytes as f64 / first.max(1) as f64,
+                self.factor
+            ));
+        };
+        if self.raised || !self.exceeds(bytes, base) {
             return None;
         }
         self.raised = true;
         Some(format!(
             "memory grew from {:.1} MiB (step {LEAK_WARMUP_STEPS} of the task) to {:.1} MiB at step {step_in_task}: {:.2}× the baseline, above the {:.2}× alarm; something keeps tensors across steps (a strategy storing graphs or batches?)",
-            base as f64 / 1048576.0,
-            bytes as f64 / 1048576.0,
+            mib(base),
+            mib(bytes),
             bytes as f64 / base.max(1) as f64,
             self.factor
         ))
@@ -155,10 +187,25 @@ mod tests {
             "{msg}"
         );
         assert_eq!(d.observe(6, 128 * mib), None);
-        // A new task has a new baseline.
-        d.start_task();
-        assert_eq!(d.observe(3, 128 * mib), None);
+        // A new task has a new baseline, and it is compared with the first task's: 128 MiB
+        // is 3.2× task 0's 40 MiB, so the across-task alarm is raised, once per run.
+        d.start_task(1);
+        let msg = d.observe(3, 128 * mib).unwrap();
+        assert!(
+            msg.contains("128.0 MiB at step 3 of task 1 against 40.0 MiB") && msg.contains("3.20×"),
+            "{msg}"
+        );
         assert_eq!(d.observe(9, 130 * mib), None);
+        d.start_task(2);
+        assert_eq!(d.observe(3, 256 * mib), None);
+        // Within task 2, growth above its own baseline is still raised.
+        assert!(d.observe(4, 400 * mib).is_some());
+        // A task that starts where the first did raises nothing across tasks.
+        let mut flat = LeakDetector::new(1.5);
+        flat.start_task(0);
+        assert_eq!(flat.observe(3, 40 * mib), None);
+        flat.start_task(1);
+        assert_eq!(flat.observe(3, 50 * mib), None);
         // Small absolute growth never alarms, whatever the ratio.
         let mut small = LeakDetector::new(1.5);
         assert_eq!(small.observe(3, mib), None);
