@@ -78,7 +78,7 @@ pub struct RunFiles {
 pub fn load_run(dir: &Path) -> Result<RunFiles> {
     let report = load_report(dir)?;
     let steps_path = dir.join("steps.csv");
-    let steps = match std::fs::read_to_string(&steps_path) {
+    let steps = match engram_core::fsutil::read_text(&steps_path) {
         Ok(text) => parse_steps_csv(&text, &steps_path)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(Error::io(steps_path, e)),
@@ -92,7 +92,8 @@ pub fn load_run(dir: &Path) -> Result<RunFiles> {
 /// As [`load_run`], for `report.json` only.
 pub fn load_report(dir: &Path) -> Result<Report> {
     let path = dir.join("report.json");
-    let bytes = match std::fs::read(&path) {
+    let bytes = match engram_core::fsutil::read_bounded(&path, engram_core::fsutil::MAX_TEXT_BYTES)
+    {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let hint = if dir.join("aggregate.json").is_file() {
@@ -958,7 +959,9 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
     let name = dir.display().to_string();
     let agg_path = dir.join("aggregate.json");
     if !dir.join("report.json").is_file() && agg_path.is_file() {
-        let bytes = std::fs::read(&agg_path).map_err(|e| Error::io(&agg_path, e))?;
+        let bytes =
+            engram_core::fsutil::read_bounded(&agg_path, engram_core::fsutil::MAX_TEXT_BYTES)
+                .map_err(|e| Error::io(&agg_path, e))?;
         let agg: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| Error::ConfigFile {
                 file: agg_path.clone(),

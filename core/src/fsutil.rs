@@ -1,7 +1,9 @@
 //! Atomic file writes: write a temporary file in the destination's directory, flush it to
 //! disk, then rename it over the destination. A reader sees the old file or the new one,
 //! never a partial one, even if the process is killed mid-write. Also the hex SHA-256 that
-//! checkpoints, plugins and run records are checked by.
+//! checkpoints, plugins and run records are checked by, and the bounded reads every reader of a
+//! user's file goes through: a device, a FIFO or a directory given as a file (`/dev/zero`) and
+//! a file over its kind's limit are refused before they are read.
 
 use crate::error::{Error, Result};
 use std::io::Write;
@@ -34,6 +36,76 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The largest text file engram reads (a config, a sweep file, `dataset.toml`, a report, a run
+/// manifest), bytes (64 MiB).
+pub const MAX_TEXT_BYTES: u64 = 64 << 20;
+
+/// The largest data file engram reads (a dataset file, weights, a checkpoint's tensors),
+/// bytes (64 GiB).
+pub const MAX_DATA_BYTES: u64 = 64 << 30;
+
+/// The size of `path` in bytes when it is a regular file of at most `limit` bytes.
+///
+/// # Errors
+/// The OS error when it cannot be read; [`std::io::ErrorKind::InvalidInput`] when it is not a
+/// regular file (a device such as `/dev/zero`, a FIFO, a directory);
+/// [`std::io::ErrorKind::FileTooLarge`] when it is larger than `limit`.
+pub fn check_regular(path: &Path, limit: u64) -> std::io::Result<u64> {
+    use std::io::{Error as IoError, ErrorKind};
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(IoError::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a device, a FIFO or a directory): engram reads files only",
+        ));
+    }
+    if meta.len() > limit {
+        return Err(too_large(meta.len(), limit));
+    }
+    Ok(meta.len())
+}
+
+fn too_large(n: u64, limit: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::FileTooLarge,
+        format!("{n} bytes, over the {limit}-byte limit for this kind of file"),
+    )
+}
+
+/// Reads `path` whole, bounded by `limit` bytes ([`check_regular`] first; a file that grows
+/// past the limit while it is read is refused too).
+///
+/// # Errors
+/// As [`check_regular`].
+pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let len = check_regular(path, limit)?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    std::fs::File::open(path)?
+        .take(limit + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large(bytes.len() as u64, limit));
+    }
+    Ok(bytes)
+}
+
+/// [`read_bounded`] at [`MAX_TEXT_BYTES`], as UTF-8.
+///
+/// # Errors
+/// As [`read_bounded`]; [`std::io::ErrorKind::InvalidData`] when the text is not UTF-8.
+pub fn read_text(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_bounded(path, MAX_TEXT_BYTES)?).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
+}
+
 /// Hex SHA-256 of `bytes` (64 lowercase hex digits; FIPS 180-4).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;
@@ -46,6 +118,34 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_reads_refuse_devices_directories_and_large_files() {
+        let d = tempfile::tempdir().unwrap();
+        let kind = |r: std::io::Result<Vec<u8>>| r.unwrap_err().kind();
+        assert_eq!(
+            kind(read_bounded(Path::new("/dev/zero"), 1 << 20)),
+            std::io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            kind(read_bounded(d.path(), 1 << 20)),
+            std::io::ErrorKind::InvalidInput
+        );
+        let f = d.path().join("f");
+        std::fs::write(&f, b"0123456789").unwrap();
+        assert_eq!(read_bounded(&f, 10).unwrap(), b"0123456789");
+        let e = read_bounded(&f, 9).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::FileTooLarge);
+        assert!(
+            e.to_string().starts_with("10 bytes, over the 9-byte limit"),
+            "{e}"
+        );
+        std::fs::write(&f, [0xff, 0xfe]).unwrap();
+        assert_eq!(
+            read_text(&f).unwrap_err().kind(),
+            std::io::ErrorKind::InvalidData
+        );
+    }
 
     #[test]
     fn replaces_whole_file_and_leaves_no_temp() {

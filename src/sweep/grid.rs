@@ -195,7 +195,7 @@ impl Sweep {
     /// not a whole number ≥ 0, an axis that is not a non-empty list, or two runs that would get
     /// the same name.
     pub fn load(file: &Path) -> Result<Self> {
-        let source = std::fs::read_to_string(file).map_err(|e| Error::ConfigFile {
+        let source = engram_core::fsutil::read_text(file).map_err(|e| Error::ConfigFile {
             file: file.to_path_buf(),
             message: format!("cannot read the sweep file: {e}"),
             hint: Some("check the path; examples/sweep-small.toml is a runnable sweep".into()),
@@ -852,7 +852,8 @@ impl Manifest {
     /// does not decode.
     pub fn read(dir: &Path) -> Result<Self> {
         let path = dir.join(MANIFEST);
-        let bytes = std::fs::read(&path).map_err(|e| Error::ConfigFile {
+        let bytes = engram_core::fsutil::read_bounded(&path, engram_core::fsutil::MAX_TEXT_BYTES)
+            .map_err(|e| Error::ConfigFile {
             file: dir.to_path_buf(),
             message: format!("not the directory of an engram sweep (cannot read {MANIFEST}: {e})"),
             hint: Some(

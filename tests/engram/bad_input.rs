@@ -502,3 +502,95 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
         );
     }
 }
+
+/// Every reader of a user's file is bounded: a device or a directory given as a config, a
+/// sweep file, a dataset file, `dataset.toml`, weights or a report is a typed error (exit 2)
+/// naming it, read without a byte of `/dev/zero` (which would otherwise be read until the
+/// memory is gone).
+#[test]
+fn devices_and_directories_given_as_files_are_refused_before_they_are_read() {
+    let d = tempfile::tempdir().unwrap();
+    let expect = |args: &[&str], needle: &str| {
+        let (code, msg) = run(args);
+        assert_eq!(code, 2, "{args:?}: {msg}");
+        assert!(msg.contains(needle), "{args:?}: {msg}");
+        assert!(msg.contains("not a regular file"), "{args:?}: {msg}");
+    };
+    expect(&["validate", "/dev/zero"], "/dev/zero");
+    expect(
+        &["run", d.path().to_str().unwrap()],
+        &d.path().display().to_string(),
+    );
+    expect(&["sweep", "validate", "/dev/zero"], "/dev/zero");
+    // The IDX files of a dataset directory, one of them a link to /dev/zero.
+    let data = d.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    for f in [
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ] {
+        let src = crate::util::fmnist_dir().join(format!("{f}.gz"));
+        std::fs::copy(src, data.join(format!("{f}.gz"))).unwrap();
+    }
+    std::fs::remove_file(data.join("train-images-idx3-ubyte.gz")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", data.join("train-images-idx3-ubyte")).unwrap();
+    let cfg = crate::util::small_config(d.path(), "c.toml", "");
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "dataset = \"fashion-mnist\"\n",
+        &format!(
+            "dataset = \"fashion-mnist\"\npath = {:?}\n",
+            data.to_str().unwrap()
+        ),
+    );
+    std::fs::write(&cfg, text).unwrap();
+    // (The IDX reader looks for regular files only, so the link counts as missing.)
+    let (code, msg) = run(&["validate", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("missing: train-images-idx3-ubyte"), "{msg}");
+    // dataset.toml and weights.
+    std::fs::remove_file(data.join("train-images-idx3-ubyte")).unwrap();
+    std::fs::copy(
+        crate::util::fmnist_dir().join("train-images-idx3-ubyte.gz"),
+        data.join("train-images-idx3-ubyte.gz"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/dev/zero", data.join("dataset.toml")).unwrap();
+    let npy = d.path().join("npy");
+    let (code, msg) = run(&[
+        "data",
+        "export",
+        "fashion-mnist",
+        "--format",
+        "idx",
+        "--out",
+        npy.to_str().unwrap(),
+        "--from",
+        "idx",
+        "--path",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("dataset.toml") && msg.contains("not a regular file"),
+        "{msg}"
+    );
+    std::fs::remove_file(data.join("dataset.toml")).unwrap();
+    expect(
+        &[
+            "validate",
+            cfg.to_str().unwrap(),
+            "--set",
+            "model.init=\"/dev/zero\"",
+        ],
+        "/dev/zero",
+    );
+    // A report.
+    let run_dir = d.path().join("r");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", run_dir.join("report.json")).unwrap();
+    let (code, msg) = run(&["report", run_dir.to_str().unwrap()]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(!msg.contains("panicked"), "{msg}");
+}

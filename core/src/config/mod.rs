@@ -365,11 +365,14 @@ impl LoadedConfig {
     /// [`Error::ConfigFile`] when unreadable or not UTF-8, [`Error::Config`] with
     /// line and column for syntax errors, unknown keys and wrong types.
     pub fn load(file: &Path, sets: &[String]) -> Result<Self> {
-        let bytes = std::fs::read(file).map_err(|e| Error::ConfigFile {
-            file: file.to_path_buf(),
-            message: format!("cannot read the config: {e}"),
-            hint: Some("check the path; examples/ holds runnable configs".into()),
-        })?;
+        let bytes =
+            crate::fsutil::read_bounded(file, crate::fsutil::MAX_TEXT_BYTES).map_err(|e| {
+                Error::ConfigFile {
+                    file: file.to_path_buf(),
+                    message: format!("cannot read the config: {e}"),
+                    hint: Some("check the path; examples/ holds runnable configs".into()),
+                }
+            })?;
         let text = String::from_utf8(bytes).map_err(|e| Error::ConfigFile {
             file: file.to_path_buf(),
             message: format!(

@@ -107,7 +107,8 @@ pub fn parse_idx(bytes: &[u8]) -> Result<IdxArray, IdxError> {
 /// # Errors
 /// [`Error::Io`] when the file cannot be read, [`Error::Idx`] when its content is invalid.
 pub fn read_idx(path: &Path) -> Result<IdxArray, Error> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = crate::fsutil::read_bounded(path, crate::fsutil::MAX_DATA_BYTES)
+        .map_err(|e| Error::io(path, e))?;
     parse_idx(&bytes).map_err(|source| Error::Idx {
         path: path.to_path_buf(),
         source,

@@ -65,7 +65,8 @@ pub fn load(
 ) -> Result<(crate::model::Model, InitReport)> {
     use burn::store::{KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
     use sha2::Digest;
-    let bytes = std::fs::read(file).map_err(|e| Error::io(file, e))?;
+    let bytes = crate::fsutil::read_bounded(file, crate::fsutil::MAX_DATA_BYTES)
+        .map_err(|e| Error::io(file, e))?;
     let sha256 = format!("{:x}", sha2::Sha256::digest(&bytes));
     let mut remapper = KeyRemapper::new();
     for [from, to] in remap {

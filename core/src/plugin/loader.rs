@@ -29,32 +29,18 @@ pub const MAX_PLUGIN_BYTES: u64 = 1 << 30;
 /// [`PluginError::Missing`], [`PluginError::Unreadable`], or [`PluginError::NotSharedLibrary`]
 /// for a file that is not regular or too large.
 pub fn read_bounded(path: &Path) -> Result<Vec<u8>, PluginError> {
-    use std::io::Read as _;
-    let not_lib = |reason: String| PluginError::NotSharedLibrary {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let meta = std::fs::metadata(path).map_err(|e| io_error(path, e))?;
-    if !meta.is_file() {
-        return Err(not_lib("not a regular file".into()));
-    }
-    let too_big = |n: u64| {
-        not_lib(format!(
-            "{n} bytes, over the {MAX_PLUGIN_BYTES}-byte limit for a plugin"
-        ))
-    };
-    if meta.len() > MAX_PLUGIN_BYTES {
-        return Err(too_big(meta.len()));
-    }
-    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_PLUGIN_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| io_error(path, e))?;
-    if bytes.len() as u64 > MAX_PLUGIN_BYTES {
-        return Err(too_big(bytes.len() as u64));
-    }
-    Ok(bytes)
+    use std::io::ErrorKind;
+    crate::fsutil::read_bounded(path, MAX_PLUGIN_BYTES).map_err(|e| match e.kind() {
+        ErrorKind::InvalidInput | ErrorKind::FileTooLarge => PluginError::NotSharedLibrary {
+            path: path.to_path_buf(),
+            reason: if e.kind() == ErrorKind::InvalidInput {
+                "not a regular file".into()
+            } else {
+                format!("{e} (a plugin)")
+            },
+        },
+        _ => io_error(path, e),
+    })
 }
 
 /// Reads the declaration of the shared library at `path` without loading it.

@@ -348,7 +348,10 @@ pub fn load_dir(path: &Path) -> Result<Checkpoint> {
         path: path.to_path_buf(),
         message: m,
     };
-    let read = |f: &str| std::fs::read(path.join(f)).map_err(|e| bad(format!("{f}: {e}")));
+    let read = |f: &str| {
+        crate::fsutil::read_bounded(&path.join(f), crate::fsutil::MAX_DATA_BYTES)
+            .map_err(|e| bad(format!("{f}: {e}")))
+    };
     let manifest: Manifest = serde_json::from_slice(&read("manifest.json")?)
         .map_err(|e| bad(format!("manifest.json: {e}")))?;
     let mut files = BTreeMap::new();

@@ -61,7 +61,8 @@ impl RunManifest {
     /// The manifest of the run in `dir`: `None` when there is no `run.json` or it is not a
     /// manifest (a user's file of that name).
     pub fn read(dir: &Path) -> Option<Self> {
-        let bytes = std::fs::read(dir.join(FILE)).ok()?;
+        let bytes =
+            crate::fsutil::read_bounded(&dir.join(FILE), crate::fsutil::MAX_TEXT_BYTES).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 }

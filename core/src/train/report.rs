@@ -173,7 +173,7 @@ pub struct Failure {
 
 /// Whether `dir` holds a *finished* run: a `report.json` whose `status` is not `failed`.
 pub fn finished_run(dir: &Path) -> bool {
-    std::fs::read(dir.join("report.json"))
+    crate::fsutil::read_bounded(&dir.join("report.json"), crate::fsutil::MAX_TEXT_BYTES)
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .is_some_and(|v| v.get("status").and_then(|s| s.as_str()) != Some("failed"))

@@ -66,14 +66,25 @@ impl Meta {
     /// Reads `dir/dataset.toml` when there is one.
     ///
     /// # Errors
-    /// [`Error::Io`] when it cannot be read; [`Error::Config`] with its line and column when it
-    /// is not valid TOML or has an unknown key.
+    /// [`Error::Io`] when it cannot be read; [`Error::ConfigFile`] when it is not UTF-8 text;
+    /// [`Error::Config`] with its line and column when it is not valid TOML or has an unknown
+    /// key.
     pub fn read(dir: &Path) -> Result<Option<Meta>> {
         let path = dir.join(META_FILE);
-        if !path.is_file() {
+        // Something that is there but not a file (a directory, a device) is an error below.
+        if !path.exists() {
             return Ok(None);
         }
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let bytes = crate::fsutil::read_bounded(&path, crate::fsutil::MAX_TEXT_BYTES)
+            .map_err(|e| Error::io(&path, e))?;
+        let text = String::from_utf8(bytes).map_err(|e| Error::ConfigFile {
+            file: path.clone(),
+            message: format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+            hint: Some("dataset.toml is a TOML text file; `engram data export` writes one".into()),
+        })?;
         toml::from_str(&text).map(Some).map_err(|e| {
             let (line, column) = e
                 .span()

@@ -10,7 +10,7 @@ use super::*;
 /// [`Error::Checkpoint`] when `out` holds no run; config errors as [`LoadedConfig::from_source`].
 pub fn run_config(out: &Path) -> Result<LoadedConfig> {
     let cfg_path = out.join("config.toml");
-    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::Checkpoint {
+    let text = crate::fsutil::read_text(&cfg_path).map_err(|e| Error::Checkpoint {
         path: out.to_path_buf(),
         message: format!("no run here ({}: {e})", cfg_path.display()),
     })?;
