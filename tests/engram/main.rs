@@ -9,6 +9,7 @@ mod corrupt_data;
 mod e2e;
 mod fetch;
 mod formats;
+mod fuzz;
 mod memory;
 mod outdir;
 mod plugins;
