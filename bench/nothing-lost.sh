@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Regenerates book/src/figures/nothing-lost.md: classes of bad input (mutated configs, output
+# directories holding a user's files, two writers on one --out 20 times, plugin files that are
+# not plugins, image shapes 1×1 to 64×64 and 1-D features on every built-in model, damaged
+# checkpoints and checkpoints of another config) against this build and, with OLD=path/to/engram,
+# against an older one (the book's table uses b828a5a, the build before the "nothing lost"
+# work: `git worktree add /tmp/before b828a5a && cargo build --release --workspace` there),
+# then a diverged run's record. About 10 minutes on 2 cores with OLD, 5 without. Needs
+# `cargo build --release --workspace` and the dataset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK=$(realpath -m "${WORK:-target/bench-nothing-lost}") \
+  python3 bench/nothing_lost.py target/release/engram "${OLD:-}" > book/src/figures/nothing-lost.md
+cat book/src/figures/nothing-lost.md
