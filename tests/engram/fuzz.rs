@@ -293,6 +293,18 @@ fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
+/// `files` with the one at `which` edited by `edits`.
+fn mutate_one(
+    files: &[(PathBuf, Vec<u8>)],
+    which: prop::sample::Index,
+    edits: &[Edit],
+) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut fs = files.to_vec();
+    let i = which.index(fs.len());
+    fs[i].1 = apply(std::mem::take(&mut fs[i].1), edits);
+    fs
+}
+
 fn write_all(dir: &Path, files: &[(PathBuf, Vec<u8>)]) {
     let _ = std::fs::remove_dir_all(dir);
     for (rel, bytes) in files {
@@ -315,16 +327,12 @@ fn the_format_readers_never_panic_on_mutated_files() {
         // The decompressed seed reads back.
         write_all(&case, &seed_files);
         r.read_data("tiny", Some(format), Some(&case)).unwrap();
-        let n = seed_files.len();
         let (ok, refused) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
         runner(120)
             .run(
                 &(any::<prop::sample::Index>(), edits()),
                 |(which, edits)| {
-                    let mut fs = seed_files.clone();
-                    let i = which.index(n);
-                    fs[i].1 = apply(std::mem::take(&mut fs[i].1), &edits);
-                    write_all(&case, &fs);
+                    write_all(&case, &mutate_one(&seed_files, which, &edits));
                     match r.read_data("tiny", Some(format), Some(&case)) {
                         Ok(_) => ok.set(ok.get() + 1),
                         Err(e) => {
@@ -365,7 +373,6 @@ fn the_checkpoint_reader_never_panics_on_mutated_checkpoints() {
     assert!(newest.len() >= 2, "{newest:?}");
     let seed = files(&newest[0]);
     engram::core::train::checkpoint::load_dir(&newest[0]).unwrap();
-    let n = seed.len();
     let case = d.path().join("case");
     // Mutated files with the manifest's checksums rewritten to match (so that decoding, not
     // only the checksum, is reached), or left as they were.
@@ -390,9 +397,7 @@ fn the_checkpoint_reader_never_panics_on_mutated_checkpoints() {
         .run(
             &(any::<prop::sample::Index>(), edits(), any::<bool>()),
             |(which, edits, fix)| {
-                let mut fs = seed.clone();
-                let i = which.index(n);
-                fs[i].1 = apply(std::mem::take(&mut fs[i].1), &edits);
+                let mut fs = mutate_one(&seed, which, &edits);
                 if fix {
                     rehash(&mut fs);
                 }
@@ -420,9 +425,7 @@ fn the_checkpoint_reader_never_panics_on_mutated_checkpoints() {
         .run(
             &(any::<prop::sample::Index>(), edits()),
             |(which, edits)| {
-                let mut fs = seed.clone();
-                let i = which.index(n);
-                fs[i].1 = apply(std::mem::take(&mut fs[i].1), &edits);
+                let mut fs = mutate_one(&seed, which, &edits);
                 rehash(&mut fs);
                 write_all(&ck_dir, &fs);
                 let (code, msg) = crate::util::run(&["eval", out.to_str().unwrap(), "--json"]);

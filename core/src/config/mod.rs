@@ -365,21 +365,21 @@ impl LoadedConfig {
     /// [`Error::ConfigFile`] when unreadable or not UTF-8, [`Error::Config`] with
     /// line and column for syntax errors, unknown keys and wrong types.
     pub fn load(file: &Path, sets: &[String]) -> Result<Self> {
-        let bytes =
-            crate::fsutil::read_bounded(file, crate::fsutil::MAX_TEXT_BYTES).map_err(|e| {
-                Error::ConfigFile {
-                    file: file.to_path_buf(),
-                    message: format!("cannot read the config: {e}"),
-                    hint: Some("check the path; examples/ holds runnable configs".into()),
-                }
-            })?;
-        let text = String::from_utf8(bytes).map_err(|e| Error::ConfigFile {
-            file: file.to_path_buf(),
-            message: format!(
-                "not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
-            hint: Some("a config is a TOML text file; see examples/split-fmnist.toml".into()),
+        let text = crate::fsutil::read_text(file).map_err(|e| {
+            let not_text = e.kind() == std::io::ErrorKind::InvalidData;
+            Error::ConfigFile {
+                file: file.to_path_buf(),
+                message: if not_text {
+                    e.to_string()
+                } else {
+                    format!("cannot read the config: {e}")
+                },
+                hint: Some(if not_text {
+                    "a config is a TOML text file; see examples/split-fmnist.toml".into()
+                } else {
+                    "check the path; examples/ holds runnable configs".into()
+                }),
+            }
         })?;
         let rewritten = apply_overrides(file, &text, sets)?;
         Self::from_source(file, rewritten.clone())

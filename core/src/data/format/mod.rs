@@ -66,7 +66,7 @@ impl Meta {
     /// Reads `dir/dataset.toml` when there is one.
     ///
     /// # Errors
-    /// [`Error::Io`] when it cannot be read; [`Error::ConfigFile`] when it is not UTF-8 text;
+    /// [`Error::Io`] when it cannot be read, is not a regular file or is not UTF-8 text;
     /// [`Error::Config`] with its line and column when it is not valid TOML or has an unknown
     /// key.
     pub fn read(dir: &Path) -> Result<Option<Meta>> {
@@ -75,16 +75,8 @@ impl Meta {
         if !path.exists() {
             return Ok(None);
         }
-        let bytes = crate::fsutil::read_bounded(&path, crate::fsutil::MAX_TEXT_BYTES)
-            .map_err(|e| Error::io(&path, e))?;
-        let text = String::from_utf8(bytes).map_err(|e| Error::ConfigFile {
-            file: path.clone(),
-            message: format!(
-                "not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
-            hint: Some("dataset.toml is a TOML text file; `engram data export` writes one".into()),
-        })?;
+        // Not a file, too large or not UTF-8: bad input (exit 2), naming the file.
+        let text = crate::fsutil::read_text(&path).map_err(|e| Error::io(&path, e))?;
         toml::from_str(&text).map(Some).map_err(|e| {
             let (line, column) = e
                 .span()
