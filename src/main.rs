@@ -1113,9 +1113,13 @@ fn write_aggregate(
     failures: &[(u64, Error)],
 ) -> Result<()> {
     let metrics: Vec<_> = reports.iter().map(|r| r.metrics.clone()).collect();
+    let task_il: Vec<_> = reports
+        .iter()
+        .filter_map(|r| r.task_il_metrics.clone())
+        .collect();
     let agg = serde_json::json!({
         "seeds": reports.iter().map(|r| r.seed).collect::<Vec<_>>(),
-        "metrics": engram::summary::aggregate(&metrics),
+        "metrics": engram::summary::aggregate(&metrics, &task_il),
         "runs": reports.iter().map(|r| format!("seed-{}", r.seed)).collect::<Vec<_>>(),
         "failed": failures.iter().map(|(s, e)| serde_json::json!({"seed": s, "error": e.to_string()})).collect::<Vec<_>>(),
     });

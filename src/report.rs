@@ -937,6 +937,8 @@ pub struct RunRow {
     pub fwt: Option<Stat>,
     /// Share of old-task accuracy kept (fraction).
     pub retention: Option<Stat>,
+    /// ACC of the task-IL view (class-incremental runs; fraction).
+    pub task_il_acc: Option<Stat>,
     /// Wall-clock time of the whole run, seconds.
     pub total_s: Option<Stat>,
     /// Peak memory of the run, MiB (heap on the CPU, device pool on GPUs).
@@ -1003,6 +1005,7 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
             forgetting: metric("forgetting"),
             fwt: metric("fwt"),
             retention: metric("retention"),
+            task_il_acc: metric("task_il_acc"),
             total_s: Stat::of(&time),
             peak_mib: Stat::of(&peak),
             params_k: Stat::of(&params),
@@ -1025,6 +1028,7 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
         forgetting: Stat::single(r.metrics.forgetting),
         fwt: Stat::single(r.metrics.fwt),
         retention: Stat::single(r.metrics.retention),
+        task_il_acc: Stat::single(r.task_il_metrics.as_ref().and_then(|m| m.acc)),
         total_s: Stat::single(Some(r.timings.total_s)),
         peak_mib: Stat::single(Some(r.memory.peak_bytes as f64 / MIB)),
         params_k: Stat::single(Some(r.memory.parameters as f64 / 1e3)),
@@ -1093,8 +1097,8 @@ pub fn data_differences(rows: &[RunRow]) -> Vec<String> {
 
 /// The `engram compare` table: a header and one row per run, columns aligned.
 ///
-/// Columns: `run`, `seeds`, `ACC`, `BWT`, `forgetting`, `FWT`, `retention` (4 decimals,
-/// fractions), `time (s)` (1 decimal), `peak MiB` (1 decimal), `params k` (the final model's
+/// Columns: `run`, `seeds`, `ACC`, `BWT`, `forgetting`, `FWT`, `retention`, `task-IL ACC` (4
+/// decimals, fractions; the last for class-incremental runs), `time (s)` (1 decimal), `peak MiB` (1 decimal), `params k` (the final model's
 /// parameters in thousands, 1 decimal); `–` where undefined.
 pub fn compare_table(rows: &[RunRow]) -> String {
     let header = [
@@ -1105,6 +1109,7 @@ pub fn compare_table(rows: &[RunRow]) -> String {
         "forgetting",
         "FWT",
         "retention",
+        "task-IL ACC",
         "time (s)",
         "peak MiB",
         "params k",
@@ -1121,6 +1126,7 @@ pub fn compare_table(rows: &[RunRow]) -> String {
                 cell(&r.forgetting, 4),
                 cell(&r.fwt, 4),
                 cell(&r.retention, 4),
+                cell(&r.task_il_acc, 4),
                 cell(&r.total_s, 1),
                 cell(&r.peak_mib, 1),
                 cell(&r.params_k, 1),

@@ -48,6 +48,20 @@ pub fn run_table(r: &Report) -> String {
         signed(m.fwt),
         m.retention.map_or("–".into(), |v| format!("{v:.4}")),
     );
+    if let (Some(t), Some(tm)) = (&r.task_il_accuracy_matrix, &r.task_il_metrics) {
+        let diagonal: Vec<String> = t
+            .iter()
+            .enumerate()
+            .map(|(i, row)| pct(row.get(i).copied().flatten()).trim().to_string())
+            .collect();
+        let _ = writeln!(
+            s,
+            "task-IL (logits restricted to each task's classes): ACC {}  BWT {}  each task right after training on it: {}",
+            tm.acc.map_or("–".into(), |v| format!("{v:.4}")),
+            signed(tm.bwt),
+            diagonal.join(" "),
+        );
+    }
     let _ = writeln!(
         s,
         "time {:.1} s (train {:.1} s, eval {:.1} s)  throughput {:.0} samples/s  peak memory {:.1} MiB ({})",
@@ -61,8 +75,9 @@ pub fn run_table(r: &Report) -> String {
     s
 }
 
-/// Mean ± standard deviation of each metric over runs.
-pub fn aggregate(metrics: &[Metrics]) -> serde_json::Value {
+/// Mean ± standard deviation of each metric over runs, plus `task_il_acc` (the task-IL view's
+/// ACC, from `task_il`, the runs' [`Report::task_il_metrics`]) when any run has one.
+pub fn aggregate(metrics: &[Metrics], task_il: &[Metrics]) -> serde_json::Value {
     let field = |f: fn(&Metrics) -> Option<f64>| {
         let v: Vec<f64> = metrics.iter().filter_map(f).collect();
         match mean_std(&v) {
@@ -70,20 +85,33 @@ pub fn aggregate(metrics: &[Metrics]) -> serde_json::Value {
             None => serde_json::Value::Null,
         }
     };
-    serde_json::json!({
+    let mut agg = serde_json::json!({
         "acc": field(|m| m.acc),
         "bwt": field(|m| m.bwt),
         "forgetting": field(|m| m.forgetting),
         "fwt": field(|m| m.fwt),
         "retention": field(|m| m.retention),
-    })
+    });
+    let v: Vec<f64> = task_il.iter().filter_map(|m| m.acc).collect();
+    if let Some((m, sd)) = mean_std(&v) {
+        agg["task_il_acc"] = serde_json::json!({"mean": m, "std": sd, "n": v.len()});
+    }
+    agg
 }
 
 /// One line per metric: `acc 0.2000 ± 0.0010 (n=3)`.
 pub fn aggregate_table(agg: &serde_json::Value) -> String {
     let mut s = String::new();
-    for k in ["acc", "bwt", "forgetting", "fwt", "retention"] {
+    for k in [
+        "acc",
+        "bwt",
+        "forgetting",
+        "fwt",
+        "retention",
+        "task_il_acc",
+    ] {
         match &agg[k] {
+            serde_json::Value::Null if k == "task_il_acc" => {}
             serde_json::Value::Null => {
                 let _ = writeln!(s, "{k:>10}  –");
             }

@@ -64,6 +64,8 @@ pub fn cells(dir: &Path) -> Result<(Manifest, Vec<Cell>, Vec<serde_json::Value>)
             entry["bwt"] = serde_json::json!(rep.metrics.bwt);
             entry["forgetting"] = serde_json::json!(rep.metrics.forgetting);
             entry["retention"] = serde_json::json!(rep.metrics.retention);
+            entry["task_il_acc"] =
+                serde_json::json!(rep.task_il_metrics.as_ref().and_then(|m| m.acc));
             entry["accuracy_matrix"] = serde_json::json!(rep.accuracy_matrix);
             cells[k].done.push(r.name.clone());
             reports[k].push(rep);
@@ -101,6 +103,7 @@ fn row(name: &str, reports: &[engram_core::train::report::Report]) -> RunRow {
         forgetting: of(&|r| r.metrics.forgetting),
         fwt: of(&|r| r.metrics.fwt),
         retention: of(&|r| r.metrics.retention),
+        task_il_acc: of(&|r| r.task_il_metrics.as_ref().and_then(|m| m.acc)),
         total_s: of(&|r| Some(r.timings.total_s)),
         peak_mib: of(&|r| Some(r.memory.peak_bytes as f64 / MIB)),
         params_k: of(&|r| Some(r.memory.parameters as f64 / 1e3)),
@@ -122,9 +125,10 @@ fn stat_json(s: &Option<Stat>) -> serde_json::Value {
 /// counting the finished runs) followed by a line for each unfinished run.
 ///
 /// `sweep.json`: `{"sweep", "axes", "cells": [{"cell", "axes", "runs", "unfinished",
-/// "metrics": {"acc": {"mean", "std"}, "bwt", "forgetting", "fwt", "retention", "time_s",
-/// "peak_mib", "params_k"}}], "runs": [{"name", "cell", "seed", "status", "acc", "bwt",
-/// "forgetting", "retention", "accuracy_matrix"}]}`; fractions for the metrics, seconds,
+/// "metrics": {"acc": {"mean", "std"}, "bwt", "forgetting", "fwt", "retention", "task_il_acc",
+/// "time_s", "peak_mib", "params_k"}}], "runs": [{"name", "cell", "seed", "status", "acc",
+/// "bwt", "forgetting", "retention", "task_il_acc", "accuracy_matrix"}]}` (`task_il_acc`: the
+/// task-IL view's ACC, `null` except for class-incremental runs); fractions for the metrics, seconds,
 /// MiB and thousands of parameters for the rest; `std` is the sample standard deviation over
 /// seeds (`null` for one seed). `sweep.csv`: one row per cell, the axis values and
 /// `<metric>_mean`, `<metric>_std` columns.
@@ -139,6 +143,7 @@ pub fn report(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
         "forgetting",
         "fwt",
         "retention",
+        "task_il_acc",
         "time_s",
         "peak_mib",
         "params_k",
@@ -150,6 +155,7 @@ pub fn report(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
             r.forgetting,
             r.fwt,
             r.retention,
+            r.task_il_acc,
             r.total_s,
             r.peak_mib,
             r.params_k,

@@ -63,6 +63,36 @@ fn two_real_tasks_report_and_metrics() {
     assert!(close(&x["forgetting"], m[0][0] - m[1][0]));
     assert!(close(&x["fwt"], m[0][1] - b[1]));
     assert!(close(&x["retention"], m[1][0] / m[0][0]));
+    // The task-IL view: the same cells with the logits restricted to the task's classes. A
+    // row the class-IL head gets right (its prediction is among the task's classes) stays
+    // right, so no cell is below its class-IL one; the old task, lost to the new classes in
+    // the class-IL view (naive), is still told apart within its own pair.
+    let t: Vec<Vec<f64>> = r["task_il_accuracy_matrix"]
+        .as_array()
+        .expect("a class-incremental run reports task_il_accuracy_matrix")
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!((t.len(), t[0].len()), (2, 2));
+    for i in 0..2 {
+        for j in 0..2 {
+            assert!(t[i][j] >= m[i][j] && t[i][j] <= 1.0, "{t:?} vs {m:?}");
+        }
+    }
+    assert!(t[1][0] > m[1][0] + 0.2, "{t:?} vs {m:?}");
+    let y = &r["task_il_metrics"];
+    assert!(close(&y["acc"], (t[1][0] + t[1][1]) / 2.0));
+    assert!(close(&y["bwt"], t[1][0] - t[0][0]));
+    assert!(
+        msg.contains("task-IL (logits restricted to each task's classes): ACC "),
+        "{msg}"
+    );
     // The documented keys exist.
     assert_eq!(r["schema_version"], 1);
     assert!(r["memory"]["peak_bytes"].as_u64().unwrap() > 0);

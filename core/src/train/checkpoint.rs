@@ -52,8 +52,13 @@ pub struct Progress {
     pub last_epoch_loss: f64,
     /// Rows of the accuracy matrix so far.
     pub matrix: Matrix,
+    /// Rows of the task-IL view of the matrix so far (class-incremental streams only; empty
+    /// otherwise and in checkpoints of older versions).
+    pub task_il_matrix: Matrix,
     /// Accuracy of the initial model per task.
     pub baseline: Vec<f64>,
+    /// The same in the task-IL view (class-incremental streams only).
+    pub task_il_baseline: Vec<f64>,
     /// Loop counters.
     pub counters: TrainingCounters,
     /// Events.
@@ -114,7 +119,9 @@ impl Default for Progress {
             last_lr: 0.0,
             last_epoch_loss: 0.0,
             matrix: Vec::new(),
+            task_il_matrix: Vec::new(),
             baseline: Vec::new(),
+            task_il_baseline: Vec::new(),
             counters: TrainingCounters::default(),
             events: Vec::new(),
             logs: Vec::new(),

@@ -221,6 +221,18 @@ pub struct Report {
     pub init: Option<crate::model::init::InitReport>,
     /// ACC, BWT, forgetting, FWT, retention.
     pub metrics: Metrics,
+    /// Class-incremental runs: the task-IL view of the accuracy matrix, `[tasks trained][tasks]`
+    /// — cell `[i][j]` is the accuracy on task `j`'s evaluation samples after training task
+    /// `i`, with the logits restricted to task `j`'s classes (Mammoth's "task-IL" next to its
+    /// "class-IL"). Its diagonal measures how well each new task was learned without the
+    /// class-IL head's bias toward the newest classes. Absent for other scenarios and in
+    /// reports of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_il_accuracy_matrix: Option<Matrix>,
+    /// The metrics of [`Report::task_il_accuracy_matrix`] (FWT against the starting model's
+    /// task-IL accuracies); absent with it, and for a failed run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_il_metrics: Option<Metrics>,
     /// For each metric, the cells of the accuracy matrix it read (cells not evaluated under a
     /// cadence are `null` and skipped).
     #[serde(default)]

@@ -1,12 +1,13 @@
-//! Evaluation: one accuracy-matrix cell, predictions, the confusion matrix, and the check that
-//! a task just trained is above chance.
+//! Evaluation: one accuracy-matrix cell (class-IL and task-IL views), predictions, the
+//! confusion matrix, and the check that a task just trained is above chance.
 
 use super::*;
 
 /// Accuracy of `model` on task `t`'s evaluation rows, without an autodiff graph.
 ///
 /// `seen` is the last trained task (for unseen-class masks). Returns the fraction correct
-/// (0 for a task without evaluation rows).
+/// (0 for a task without evaluation rows). The class-incremental cell of
+/// [`score_task`].
 pub fn evaluate_task(
     model: &Model,
     stream: &Stream,
@@ -15,9 +16,57 @@ pub fn evaluate_task(
     batch: usize,
     device: &Device,
 ) -> f64 {
-    let pairs = predict_task(model, stream, t, seen, batch, device);
-    let correct = pairs.iter().filter(|(y, p)| y == p).count();
-    correct as f64 / pairs.len().max(1) as f64
+    score_task(model, stream, t, seen, batch, device).class_il
+}
+
+/// One accuracy-matrix cell in both views, from one forward pass over task `t`'s evaluation
+/// rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TaskScore {
+    /// Fraction correct as the scenario scores it: the argmax over every class the masks allow
+    /// (`R[i][j]` of the accuracy matrix).
+    pub class_il: f64,
+    /// Fraction correct with the logits restricted to task `t`'s own classes (the task-IL view
+    /// of a class-incremental run, as Mammoth reports it next to the class-IL one). For
+    /// task-incremental streams it equals `class_il`; for domain-incremental ones, where every
+    /// task has every class, too.
+    pub task_il: f64,
+}
+
+/// [`TaskScore`] of `model` on task `t` (see [`evaluate_task`] for `seen`).
+pub fn score_task(
+    model: &Model,
+    stream: &Stream,
+    t: usize,
+    seen: usize,
+    batch: usize,
+    device: &Device,
+) -> TaskScore {
+    let own = &stream.tasks[t].classes;
+    let (mut n, mut class_il, mut task_il) = (0usize, 0usize, 0usize);
+    forward_task(model, stream, t, seen, batch, device, |y, logits| {
+        n += 1;
+        class_il += usize::from(argmax(logits, |_| true) == Some(y));
+        task_il += usize::from(argmax(logits, |c| own.contains(&c)) == Some(y));
+    });
+    let frac = |k: usize| k as f64 / n.max(1) as f64;
+    TaskScore {
+        class_il: frac(class_il),
+        task_il: frac(task_il),
+    }
+}
+
+/// The first index of the largest of `logits` among the classes `allowed` admits (`None` when
+/// it admits none or every value is NaN). Masked classes carry `-inf` and are never chosen
+/// over an allowed finite one.
+fn argmax(logits: &[f32], allowed: impl Fn(usize) -> bool) -> Option<usize> {
+    let mut best: Option<(usize, f32)> = None;
+    for (c, &v) in logits.iter().enumerate() {
+        if allowed(c) && !v.is_nan() && best.is_none_or(|(_, b)| v > b) {
+            best = Some((c, v));
+        }
+    }
+    best.map(|(c, _)| c)
 }
 
 /// `(true class, predicted class)` for each of task `t`'s evaluation rows, in row order, as
@@ -30,6 +79,25 @@ pub fn predict_task(
     batch: usize,
     device: &Device,
 ) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    forward_task(model, stream, t, seen, batch, device, |y, logits| {
+        out.push((y, argmax(logits, |_| true).unwrap_or(usize::MAX)));
+    });
+    out
+}
+
+/// Runs `model` over task `t`'s evaluation rows in chunks of `batch` (the scenario's task id
+/// and unseen-class mask applied) and calls `row(true class, logits [classes])` for each row
+/// in order.
+fn forward_task(
+    model: &Model,
+    stream: &Stream,
+    t: usize,
+    seen: usize,
+    batch: usize,
+    device: &Device,
+    mut row: impl FnMut(usize, &[f32]),
+) {
     let (rows, part) = stream.eval_rows(t);
     let ctx = ForwardCtx::evaluation((stream.scenario == Scenario::TaskIncremental).then_some(t));
     let refs: Vec<SampleRef> = rows
@@ -39,28 +107,29 @@ pub fn predict_task(
             index: i,
         })
         .collect();
-    let mut out = Vec::with_capacity(refs.len());
     for chunk in refs.chunks(batch.max(1)) {
         let b = stream.batch(chunk, part, seen, device);
         let mut logits = model.forward(Activation::Flat(b.x.clone()), &ctx);
         if let Some(m) = &b.logit_mask {
             logits = logits + m.clone();
         }
-        let to_vec = |t: Tensor<1, burn::tensor::Int>| -> Vec<i64> {
-            t.into_data()
+        let [n, classes] = logits.dims();
+        let values = logits
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .unwrap_or_default();
+        let y =
+            b.y.into_data()
                 .convert::<i64>()
                 .try_to_vec::<i64>()
-                .unwrap_or_default()
-        };
-        let pred = to_vec(logits.argmax(1).reshape([chunk.len()]));
-        let y = to_vec(b.y);
-        out.extend(
-            y.into_iter()
-                .zip(pred)
-                .map(|(y, p)| (y as usize, p as usize)),
-        );
+                .unwrap_or_default();
+        for (i, &label) in y.iter().enumerate().take(n) {
+            if let Some(l) = values.get(i * classes..(i + 1) * classes) {
+                row(label as usize, l);
+            }
+        }
     }
-    out
 }
 
 /// The confusion matrix `[classes][classes]` (row: true class, column: predicted class, in
@@ -89,11 +158,14 @@ pub fn confusion_matrix(
 /// trained, scores no better than chance on its own evaluation rows: `row[t] ≤ 1/classes +
 /// 0.02`, `classes` the task's class count. A model that collapsed to predicting one class
 /// keeps a finite loss, so the divergence check does not stop it; without this the run would
-/// finish silently with a dead model.
+/// finish silently with a dead model. `task_il` (class-incremental runs: the task-IL view of
+/// the same row) tells the two causes apart in the message: a task the features separate but
+/// the head never picks, or one not learned at all.
 pub(crate) fn check_learned(
     t: usize,
     classes: usize,
     row: &[Option<f64>],
+    task_il: Option<&[Option<f64>]>,
     events: &mut Vec<Event>,
 ) {
     let chance = 1.0 / classes.max(1) as f64;
@@ -103,11 +175,25 @@ pub(crate) fn check_learned(
     if acc > chance + 0.02 {
         return;
     }
+    let cause = match task_il.and_then(|r| r.get(t).copied().flatten()) {
+        Some(til) if til > chance + 0.1 => format!(
+            "its task-IL accuracy (logits restricted to its classes) is {til:.3}, so the \
+             features separate its classes but the head never picks them over the older ones: \
+             the strategies hold the old classes' logits up (replay at a high ratio on short \
+             tasks, distillation, weight averaging over too long a horizon)"
+        ),
+        Some(til) => format!(
+            "its task-IL accuracy is {til:.3} too: the model did not learn it — it collapsed to \
+             one class, the learning rate is far off, or the task has too few steps for the \
+             strategies to let it in"
+        ),
+        None => "the model did not learn it — it collapsed to one class, the learning rate is \
+                 far off, or the task has too few steps for the strategies to let it in"
+            .to_string(),
+    };
     let message = format!(
         "task {t} scores {acc:.3} right after training on it, no better than chance ({chance:.3}): \
-         the model did not learn it — it collapsed to one class, the learning rate is far off, \
-         or the task has too few steps for the strategies to let it in (the book's \
-         troubleshooting chapter, \"A task is at chance right after training\")"
+         {cause} (the book's troubleshooting chapter, \"A task is at chance right after training\")"
     );
     eprintln!("warning: {message}");
     events.push(Event {
@@ -115,4 +201,23 @@ pub(crate) fn check_learned(
         kind: "at-chance".into(),
         message,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::argmax;
+
+    #[test]
+    fn argmax_takes_the_first_largest_allowed_class() {
+        let l = [0.5f32, 2.0, 2.0, -1.0];
+        assert_eq!(argmax(&l, |_| true), Some(1));
+        // Restricted to classes {2, 3}: the tie with class 1 no longer matters.
+        assert_eq!(argmax(&l, |c| c >= 2), Some(2));
+        assert_eq!(argmax(&l, |c| c == 0 || c == 3), Some(0));
+        // A masked class (-inf added) loses to any finite allowed one; NaN is never chosen.
+        assert_eq!(argmax(&[f32::NEG_INFINITY, -5.0], |_| true), Some(1));
+        assert_eq!(argmax(&[f32::NAN, -5.0], |_| true), Some(1));
+        assert_eq!(argmax(&[f32::NAN], |_| true), None);
+        assert_eq!(argmax(&l, |_| false), None);
+    }
 }

@@ -213,6 +213,7 @@ fn write_failure(
         earlier_s + t0.elapsed().as_secs_f64() + p.setup_s,
     );
     report.metrics = metrics::Metrics::default();
+    report.task_il_metrics = None;
     report.status = super::report::RunStatus::Failed;
     report.failure = Some(super::report::Failure {
         error: e.to_string(),
@@ -267,12 +268,16 @@ fn train_loop(
     if pr.baseline.is_empty() {
         let te = Instant::now();
         let valid = model.valid();
-        pr.baseline = (0..n_tasks)
+        let scores: Vec<TaskScore> = (0..n_tasks)
             .map(|j| {
                 pr.eval_samples += stream.eval_rows(j).0.len();
-                evaluate_task(&valid, stream, j, 0, eval_bs, &inner)
+                score_task(&valid, stream, j, 0, eval_bs, &inner)
             })
             .collect();
+        pr.baseline = scores.iter().map(|s| s.class_il).collect();
+        if stream.scenario == Scenario::ClassIncremental {
+            pr.task_il_baseline = scores.iter().map(|s| s.task_il).collect();
+        }
         pr.timings.eval_s += te.elapsed().as_secs_f64();
         save(p, &model, &optim, pr)?;
     }
@@ -559,15 +564,20 @@ fn train_loop(
             || round + 1 == rounds;
         let valid = model.valid();
         let mut eval_samples = 0;
-        let row: Vec<Option<f64>> = (0..n_tasks)
+        let scores: Vec<Option<TaskScore>> = (0..n_tasks)
             .map(|j| {
                 (joint || all || j == round).then(|| {
                     eval_samples += stream.eval_rows(j).0.len();
-                    evaluate_task(&valid, stream, j, round, eval_bs, &inner)
+                    score_task(&valid, stream, j, round, eval_bs, &inner)
                 })
             })
             .collect();
         drop(valid);
+        let row: Vec<Option<f64>> = scores.iter().map(|s| s.map(|s| s.class_il)).collect();
+        if stream.scenario == Scenario::ClassIncremental {
+            pr.task_il_matrix
+                .push(scores.iter().map(|s| s.map(|s| s.task_il)).collect());
+        }
         pr.eval_samples += eval_samples;
         meter.finish(&inner, &mut pr.memory.eval);
         pr.timings.eval_s += te.elapsed().as_secs_f64();
@@ -576,6 +586,9 @@ fn train_loop(
                 round,
                 stream.tasks[round].classes.len(),
                 &row,
+                (stream.scenario == Scenario::ClassIncremental)
+                    .then(|| pr.task_il_matrix.last().map(Vec::as_slice))
+                    .flatten(),
                 &mut pr.events,
             );
         }
@@ -728,6 +741,10 @@ fn build_report(
         random_init_accuracy: pr.init.is_none().then(|| pr.baseline.clone()),
         init: pr.init.clone(),
         metrics: m,
+        task_il_accuracy_matrix: (stream.scenario == Scenario::ClassIncremental)
+            .then(|| pr.task_il_matrix.clone()),
+        task_il_metrics: (stream.scenario == Scenario::ClassIncremental)
+            .then(|| metrics::compute(&pr.task_il_matrix, &pr.task_il_baseline)),
         metric_cells: super::report::metric_cells(&pr.matrix),
         throughput: Throughput {
             train_samples_per_s: pr.counters.samples as f64 / timings.train_s.max(1e-9),
