@@ -411,6 +411,11 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
             "candidates",
             "every sample of the task is a candidate",
         ),
+        (
+            "replay",
+            "balance_warmup",
+            "class-balanced from the task's first step",
+        ),
         ("replay", "distill", "no logit distillation"),
         ("replay", "min_per_task", "no floor on a task's share"),
         ("replay", "priority_alpha", "uniform drawing (p^0 = 1)"),
