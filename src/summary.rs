@@ -113,12 +113,12 @@ pub fn aggregate_table(agg: &serde_json::Value) -> String {
         match &agg[k] {
             serde_json::Value::Null if k == "task_il_acc" => {}
             serde_json::Value::Null => {
-                let _ = writeln!(s, "{k:>10}  –");
+                let _ = writeln!(s, "{k:>11}  –");
             }
             v => {
                 let _ = writeln!(
                     s,
-                    "{k:>10}  {:.4} ± {:.4} (n={})",
+                    "{k:>11}  {:.4} ± {:.4} (n={})",
                     v["mean"].as_f64().unwrap_or(f64::NAN),
                     v["std"].as_f64().unwrap_or(f64::NAN),
                     v["n"]

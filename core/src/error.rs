@@ -163,7 +163,9 @@ pub enum IdxError {
         reason: String,
     },
     /// More data follows the declared dimensions.
-    #[error("{extra} trailing bytes after the declared data")]
+    #[error(
+        "{extra} trailing byte(s) after the declared data (at least: a gzip stream is read only one byte past it)"
+    )]
     TrailingData {
         /// Extra bytes.
         extra: u64,

@@ -481,7 +481,9 @@ impl ForgettingStrategy for Ewc {
     }
 
     fn divergence_hint(&self) -> Option<String> {
-        if self.anchors.is_empty() || self.p.lambda == 0.0 {
+        // The proximal update is an implicit step, stable at any λ: only the penalty in the
+        // loss (`update = "gradient"`) can make the loss diverge.
+        if self.anchors.is_empty() || self.p.lambda == 0.0 || self.p.update == Update::Proximal {
             return None;
         }
         let mut h = format!(
@@ -492,16 +494,15 @@ impl ForgettingStrategy for Ewc {
             h.push_str(" (scaled up by dynamic_lambda)");
         }
         h.push_str(": lower `lambda`");
-        match self.p.update {
-            Update::Gradient if self.p.stiffness_cap == 0.0 => h.push_str(
-                ", set `stiffness_cap = 1` (0 turns the cap off) or use `update = \"proximal\"`, which is stable at any λ",
-            ),
-            Update::Gradient => h.push_str(&format!(
-                ", lower `stiffness_cap` (now {}) or use `update = \"proximal\"`, which is stable at any λ",
+        if self.p.stiffness_cap == 0.0 {
+            h.push_str(", set `stiffness_cap = 1` (0 turns the cap off)");
+        } else {
+            h.push_str(&format!(
+                ", lower `stiffness_cap` (now {})",
                 self.p.stiffness_cap
-            )),
-            Update::Proximal => {}
+            ));
         }
+        h.push_str(" or use `update = \"proximal\"`, which is stable at any λ");
         Some(h)
     }
 

@@ -77,7 +77,7 @@ fn corrupt_idx_files_are_typed_errors() {
                 b.push(0);
                 b
             },
-            "trailing bytes",
+            "trailing byte(s)",
         ),
         (
             "count_mismatch",
@@ -148,15 +148,43 @@ fn a_valid_tiny_dataset_runs() {
     assert_eq!(r["accuracy_matrix"].as_array().unwrap().len(), 5);
 }
 
-/// Writes `N` synthetic `h × w` images (labels `i % 10`) in both splits.
-fn write_shape(dir: &Path, h: usize, w: usize) {
+/// Writes `N` synthetic feature vectors of `features` bytes (labels `i % 10`) as NPY.
+fn write_features(dir: &Path, features: usize) {
+    use engram::core::data::{Dataset, dataset::Split};
+    let split = || {
+        let x: Vec<u8> = (0..N * features).map(|i| ((i * 37) % 251) as u8).collect();
+        Split::bytes(
+            x,
+            (0..N).map(|i| (i % 10) as u32).collect(),
+            features,
+            0.5,
+            0.3,
+        )
+    };
+    let ds = Dataset::new(
+        "features",
+        dir.to_path_buf(),
+        split(),
+        split(),
+        engram::core::model::InputShape::Features(features),
+        10,
+    );
+    engram::registry().write_data(&ds, "npy", dir).unwrap();
+}
+
+/// Writes `N` synthetic samples of shape `dims` (`[h, w]`, `[c, h, w]` or `[features]`;
+/// labels `i % 10`) in both splits.
+fn write_shape(dir: &Path, dims: &[usize]) {
     std::fs::create_dir_all(dir).unwrap();
-    let images: Vec<u8> = (0..N * h * w).map(|i| ((i * 37) % 251) as u8).collect();
+    let size: usize = dims.iter().product();
+    let images: Vec<u8> = (0..N * size).map(|i| ((i * 37) % 251) as u8).collect();
     let labels: Vec<u8> = (0..N).map(|i| (i % 10) as u8).collect();
+    let mut header = vec![N as u32];
+    header.extend(dims.iter().map(|&d| d as u32));
     for split in ["train", "t10k"] {
         std::fs::write(
             dir.join(format!("{split}-images-idx3-ubyte")),
-            encode_idx(&[N as u32, h as u32, w as u32], &images),
+            encode_idx(&header, &images),
         )
         .unwrap();
         std::fs::write(
@@ -167,73 +195,97 @@ fn write_shape(dir: &Path, h: usize, w: usize) {
     }
 }
 
-/// No image geometry panics: square sides from 1 to 64 and non-square images (1×784 among
-/// them, once read as 28×28) with every built-in model either train (exit 0) or are a
-/// positioned error at the model's key (exit 2), never a panic inside a model or Burn.
+/// No input geometry panics: square sides from 1 to 64 and non-square images (1×784 among
+/// them, once read as 28×28), in 1 and 3 channels, and 1-D feature vectors, with every built-in
+/// model either train (exit 0) or are a positioned error at the model's key (exit 2), never a
+/// panic inside a model or Burn.
 #[test]
 fn no_image_shape_panics_any_model() {
     let d = tempfile::tempdir().unwrap();
+    // (channels, height, width); channels 0 is a feature vector of `width` values.
     let shapes = [
-        (1, 1),
-        (2, 2),
-        (3, 3),
-        (5, 5),
-        (27, 27),
-        (64, 64),
-        (1, 784),
-        (3, 5),
-        (28, 27),
+        (1, 1, 1),
+        (1, 2, 2),
+        (1, 3, 3),
+        (1, 5, 5),
+        (1, 27, 27),
+        (1, 64, 64),
+        (1, 1, 784),
+        (1, 3, 5),
+        (1, 28, 27),
+        (3, 1, 1),
+        (3, 5, 5),
+        (3, 32, 32),
+        (3, 7, 9),
+        (0, 1, 1),
+        (0, 1, 40),
     ];
     let mut outcomes = Vec::new();
-    for (h, w) in shapes {
-        let data = d.path().join(format!("d{h}x{w}"));
-        write_shape(&data, h, w);
+    for (c, h, w) in shapes {
+        let data = d.path().join(format!("d{c}x{h}x{w}"));
+        // IDX holds images; a feature vector is written as NPY (`[n, features]`).
+        let format = match c {
+            0 => {
+                write_features(&data, w);
+                "format = \"npy\"\n"
+            }
+            1 => {
+                write_shape(&data, &[h, w]);
+                ""
+            }
+            _ => {
+                write_shape(&data, &[c, h, w]);
+                ""
+            }
+        };
         for model in ["mlp", "cnn", "vit"] {
             let keys = if model == "mlp" { "hidden = [8]" } else { "" };
-            let f = d.path().join(format!("{model}-{h}x{w}.toml"));
+            let f = d.path().join(format!("{model}-{c}x{h}x{w}.toml"));
             std::fs::write(
                 &f,
                 format!(
-                    "[data]\ndataset = \"fashion-mnist\"\npath = \"{}\"\ntasks = 1\n[model]\ntype = \"{model}\"\n{keys}\n[train]\nbatch_size = 20\n",
+                    "[data]\ndataset = \"fashion-mnist\"\n{format}path = \"{}\"\ntasks = 1\n[model]\ntype = \"{model}\"\n{keys}\n[train]\nbatch_size = 20\n",
                     data.display()
                 ),
             )
             .unwrap();
-            let out = d.path().join(format!("o-{model}-{h}x{w}"));
+            let out = d.path().join(format!("o-{model}-{c}x{h}x{w}"));
             let (code, msg) = crate::util::run_quiet(&f, &out, &[], &[]);
-            assert!(!msg.contains("panicked"), "{model} on {h}×{w}: {msg}");
+            assert!(!msg.contains("panicked"), "{model} on {c}×{h}×{w}: {msg}");
             assert!(
                 code == 0 || code == 2,
-                "{model} on {h}×{w}: exit {code}: {msg}"
+                "{model} on {c}×{h}×{w}: exit {code}: {msg}"
             );
             if code == 2 {
                 assert!(
                     msg.contains(&format!("{}:", f.display())),
-                    "{model} on {h}×{w}: {msg}"
+                    "{model} on {c}×{h}×{w}: {msg}"
                 );
             }
-            outcomes.push(((model, h, w), code));
+            outcomes.push(((model, c, h, w), code));
         }
     }
-    let code = |m: &str, h: usize, w: usize| {
+    let code = |m: &str, c: usize, h: usize, w: usize| {
         outcomes
             .iter()
-            .find(|((mm, hh, ww), _)| *mm == m && *hh == h && *ww == w)
-            .map(|(_, c)| *c)
+            .find(|(k, _)| *k == (m, c, h, w))
+            .map(|(_, code)| *code)
     };
-    // Every shape trains with the MLP; the CNN needs a height and width of at least 4 (two
-    // halvings), square or not; the ViT any square side (its patch adapts).
-    for (h, w) in shapes {
-        assert_eq!(code("mlp", h, w), Some(0), "mlp {h}×{w}");
+    // Every shape trains with the MLP; the CNN needs an image with a height and width of at
+    // least 4 (two halvings), square or not; the ViT a square image of any side (its patch
+    // adapts); neither takes a feature vector.
+    for (c, h, w) in shapes {
+        let image = c > 0;
+        assert_eq!(code("mlp", c, h, w), Some(0), "mlp {c}×{h}×{w}");
         assert_eq!(
-            code("cnn", h, w),
-            Some(if h.min(w) >= 4 { 0 } else { 2 }),
-            "cnn {h}×{w}"
+            code("cnn", c, h, w),
+            Some(if image && h.min(w) >= 4 { 0 } else { 2 }),
+            "cnn {c}×{h}×{w}"
         );
         assert_eq!(
-            code("vit", h, w),
-            Some(if h == w { 0 } else { 2 }),
-            "vit {h}×{w}"
+            code("vit", c, h, w),
+            Some(if image && h == w { 0 } else { 2 }),
+            "vit {c}×{h}×{w}"
         );
     }
 }

@@ -710,8 +710,8 @@ fn the_leak_alarm_catches_a_leaking_strategy_within_and_across_tasks() {
     );
     assert!(msg.contains("warning: leak alarm at task "), "{msg}");
 
-    // on_leak = "stop" ends the run there, with the summary.
-    let (code, msg, _) = go(
+    // on_leak = "stop" ends the run there, with the summary, and its record has the event.
+    let (code, msg, stopped) = go(
         &config("stop.toml", "task-start", 128, "on_leak = \"stop\"\n"),
         "stop",
     );
@@ -721,4 +721,6 @@ fn the_leak_alarm_catches_a_leaking_strategy_within_and_across_tasks() {
             && msg.contains("memory grew from task to task"),
         "{msg}"
     );
+    let ev = events(&stopped);
+    assert_eq!(ev.len(), 1, "{ev:?}");
 }

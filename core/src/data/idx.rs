@@ -32,11 +32,7 @@ const MAX_RANK: usize = 4;
 pub fn parse_idx(bytes: &[u8]) -> Result<IdxArray, IdxError> {
     let owned;
     let raw: &[u8] = if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        GzDecoder::new(bytes)
-            .read_to_end(&mut out)
-            .map_err(|e| IdxError::Gzip(e.to_string()))?;
-        owned = out;
+        owned = gunzip_bounded(bytes)?;
         &owned
     } else {
         bytes
@@ -102,6 +98,50 @@ pub fn parse_idx(bytes: &[u8]) -> Result<IdxArray, IdxError> {
     })
 }
 
+/// Decompresses gzipped IDX bytes no further than their header declares: the header first,
+/// then the declared data and one byte more (enough to tell trailing data), so a small file
+/// that inflates to gigabytes (a gzip bomb) costs only what its header claims, itself bounded
+/// by the 2³⁶-byte limit of [`parse_idx`]. A header that is not valid is returned as read, for
+/// [`parse_idx`] to name what is wrong.
+fn gunzip_bounded(bytes: &[u8]) -> Result<Vec<u8>, IdxError> {
+    let mut d = GzDecoder::new(bytes);
+    let mut out = Vec::new();
+    let mut more = |out: &mut Vec<u8>, n: u64| {
+        (&mut d)
+            .take(n)
+            .read_to_end(out)
+            .map_err(|e| IdxError::Gzip(e.to_string()))
+    };
+    more(&mut out, 4)?;
+    if out.len() < 4 || out[..3] != [0, 0, 0x08] {
+        return Ok(out);
+    }
+    let rank = out[3] as usize;
+    if rank == 0 || rank > MAX_RANK {
+        return Ok(out);
+    }
+    more(&mut out, 4 * rank as u64)?;
+    if out.len() < 4 + 4 * rank {
+        return Ok(out);
+    }
+    let total = (0..rank)
+        .map(|i| {
+            let o = 4 + 4 * i;
+            u64::from(u32::from_be_bytes([
+                out[o],
+                out[o + 1],
+                out[o + 2],
+                out[o + 3],
+            ]))
+        })
+        .try_fold(1u64, u64::checked_mul)
+        .filter(|&t| t <= (1u64 << 36));
+    if let Some(total) = total {
+        more(&mut out, total + 1)?;
+    }
+    Ok(out)
+}
+
 /// Reads and decodes an IDX file.
 ///
 /// # Errors
@@ -143,6 +183,22 @@ mod tests {
         gz.write_all(&bytes).unwrap();
         let b = parse_idx(&gz.finish().unwrap()).unwrap();
         assert_eq!(a, b);
+    }
+
+    /// A gzip bomb: 12 declared bytes followed by 256 MiB of zeros in a file of about 1.2 MiB.
+    /// Decompression stops one byte past the declared data (`extra == 1`), so the bomb costs
+    /// what its header claims, not what it inflates to.
+    #[test]
+    fn a_gzip_stream_is_inflated_no_further_than_its_header_declares() {
+        let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+        gz.write_all(&encode_idx(&[2, 3, 2], &[7; 12])).unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..256 {
+            gz.write_all(&zeros).unwrap();
+        }
+        let bomb = gz.finish().unwrap();
+        assert!(bomb.len() < 2 << 20, "{}", bomb.len());
+        assert_eq!(parse_idx(&bomb), Err(IdxError::TrailingData { extra: 1 }));
     }
 
     #[test]

@@ -16,12 +16,13 @@ pub const FORMAT: &str = "idx";
 /// The registration of `format = "idx"`.
 pub const REGISTRATION: crate::registry::Registration = crate::registration!(format "idx", "the four IDX files of the MNIST family (raw or .gz): bytes [n, height, width] or [n, channels, height, width], labels [n]", crate::data::dataset::IdxParams, read, write);
 
-/// A file of `dir` named `stem`, raw or `.gz`.
+/// A file of `dir` named `stem`, raw or `.gz`: whatever is there under that name (a device or
+/// a FIFO too, which the bounded read then refuses by name instead of calling it missing).
 pub fn file_in(dir: &Path, stem: &str) -> Option<PathBuf> {
     [format!("{stem}.gz"), stem.to_string()]
         .into_iter()
         .map(|f| dir.join(f))
-        .find(|p| p.is_file())
+        .find(|p| p.exists())
 }
 
 /// Reads one split: its images' shape and the raw split.

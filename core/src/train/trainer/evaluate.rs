@@ -57,12 +57,13 @@ pub fn score_task(
 }
 
 /// The first index of the largest of `logits` among the classes `allowed` admits (`None` when
-/// it admits none or every value is NaN). Masked classes carry `-inf` and are never chosen
-/// over an allowed finite one.
+/// it admits none, or every value it admits is NaN or `-inf`). A class masked out (`-inf`
+/// added: not seen yet under `mask_logits`) is never predicted, so a task whose classes are all
+/// masked scores 0 in either view, as the class-IL view scores it.
 fn argmax(logits: &[f32], allowed: impl Fn(usize) -> bool) -> Option<usize> {
     let mut best: Option<(usize, f32)> = None;
     for (c, &v) in logits.iter().enumerate() {
-        if allowed(c) && !v.is_nan() && best.is_none_or(|(_, b)| v > b) {
+        if allowed(c) && !v.is_nan() && v > f32::NEG_INFINITY && best.is_none_or(|(_, b)| v > b) {
             best = Some((c, v));
         }
     }
@@ -183,7 +184,7 @@ pub(crate) fn check_learned(
              tasks, distillation, weight averaging over too long a horizon)"
         ),
         Some(til) => format!(
-            "its task-IL accuracy is {til:.3} too: the model did not learn it — it collapsed to \
+            "its task-IL accuracy is {til:.3}, also near chance: the model did not learn it — it collapsed to \
              one class, the learning rate is far off, or the task has too few steps for the \
              strategies to let it in"
         ),
@@ -214,8 +215,12 @@ mod tests {
         // Restricted to classes {2, 3}: the tie with class 1 no longer matters.
         assert_eq!(argmax(&l, |c| c >= 2), Some(2));
         assert_eq!(argmax(&l, |c| c == 0 || c == 3), Some(0));
-        // A masked class (-inf added) loses to any finite allowed one; NaN is never chosen.
+        // A masked class (-inf added) is never chosen, nor is NaN.
         assert_eq!(argmax(&[f32::NEG_INFINITY, -5.0], |_| true), Some(1));
+        assert_eq!(
+            argmax(&[f32::NEG_INFINITY, f32::NEG_INFINITY], |_| true),
+            None
+        );
         assert_eq!(argmax(&[f32::NAN, -5.0], |_| true), Some(1));
         assert_eq!(argmax(&[f32::NAN], |_| true), None);
         assert_eq!(argmax(&l, |_| false), None);

@@ -464,6 +464,12 @@ fn train_loop(
                     && let Some(bytes) = memory::device_bytes(&inner)
                     && let Some(summary) = leaks.observe(pr.step_in_task, bytes)
                 {
+                    // Recorded either way: a stopped run's report.json has the event too.
+                    pr.events.push(Event {
+                        task: round,
+                        kind: "leak".into(),
+                        message: summary.clone(),
+                    });
                     if c.train.on_leak == crate::config::OnLeak::Stop {
                         bar.finish_and_clear();
                         return Err(Error::Other(format!(
@@ -471,11 +477,6 @@ fn train_loop(
                         )));
                     }
                     eprintln!("warning: leak alarm at task {round}: {summary}");
-                    pr.events.push(Event {
-                        task: round,
-                        kind: "leak".into(),
-                        message: summary,
-                    });
                 }
                 pr.last_lr = controls.lr;
                 pr.counters.steps += 1;
