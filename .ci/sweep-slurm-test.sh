@@ -67,14 +67,16 @@ for _ in $(seq 1 50); do
 done
 
 for _ in $(seq 1 600); do
-  n=$(find "$T/slurm" -name report.json | wc -l)
+  # Runs prune their old checkpoints as they go: a directory can vanish under find, which
+  # then exits 1 (and pipefail would end the script); count what is there.
+  n=$( (find "$T/slurm" -name report.json 2>/dev/null || true) | wc -l)
   left=$(squeue -h -r -j "$JOB" 2>/dev/null | wc -l)
   [ "$n" -ge 12 ] && [ "$left" -eq 0 ] && break
   sleep 1
 done
 SLURM_S=$SECONDS
 "$BIN" sweep status "$T/slurm"
-[ "$(find "$T/slurm" -name report.json | wc -l)" -eq 12 ] || { echo "the Slurm sweep did not finish in time"; exit 1; }
+[ "$( (find "$T/slurm" -name report.json 2>/dev/null || true) | wc -l)" -eq 12 ] || { echo "the Slurm sweep did not finish in time"; exit 1; }
 echo "Slurm sweep of 12 runs (2 at a time, one requeued): ${SLURM_S} s"
 
 for d in j1 j2 slurm; do "$BIN" sweep report "$T/$d" -q >"$T/$d.table"; done
