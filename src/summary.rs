@@ -48,6 +48,9 @@ pub fn run_table(r: &Report) -> String {
         signed(m.fwt),
         m.retention.map_or("–".into(), |v| format!("{v:.4}")),
     );
+    if let Some(note) = &r.retention_note {
+        let _ = writeln!(s, "  retention: {note}");
+    }
     if let (Some(t), Some(tm)) = (&r.task_il_accuracy_matrix, &r.task_il_metrics) {
         let diagonal: Vec<String> = t
             .iter()

@@ -93,6 +93,8 @@ fn two_real_tasks_report_and_metrics() {
         msg.contains("task-IL (logits restricted to each task's classes): ACC "),
         "{msg}"
     );
+    // Both tasks were learned: retention needs no note.
+    assert!(r["retention_note"].is_null(), "{r}");
     // The documented keys exist.
     assert_eq!(r["schema_version"], 1);
     assert!(r["memory"]["peak_bytes"].as_u64().unwrap() > 0);
@@ -289,4 +291,34 @@ fn list_shows_builtins_with_origin() {
         text.contains("[forgetting]") && text.contains("naive"),
         "{text}"
     );
+}
+
+/// Retention is a ratio to the diagonals: when an old task was at chance right after training
+/// on it (the replay recipe on 3 short tasks: task 1's new classes are not picked yet), the
+/// ratio reads above 1 and the report and the summary say it is not a share kept.
+#[test]
+fn retention_explains_itself_when_an_old_task_was_never_learned() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    let (code, msg) = run(&[
+        "run",
+        "examples/split-fmnist-replay.toml",
+        "--out",
+        out.to_str().unwrap(),
+        "--set",
+        "data.subsample=1600",
+        "--set",
+        "data.tasks=3",
+        "--set",
+        "data.test_subsample=400",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    let r = report(&out);
+    assert!(r["metrics"]["retention"].as_f64().unwrap() > 1.0, "{r}");
+    let note = r["retention_note"].as_str().expect("a retention note");
+    assert!(
+        note.starts_with("task(s) 1 scored no better than chance right after training on them"),
+        "{note}"
+    );
+    assert!(msg.contains("  retention: task(s) 1 scored"), "{msg}");
 }

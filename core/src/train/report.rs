@@ -233,6 +233,12 @@ pub struct Report {
     /// task-IL accuracies); absent with it, and for a failed run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_il_metrics: Option<Metrics>,
+    /// Why `metrics.retention` should not be read as a share kept, when it should not: the old
+    /// tasks that scored no better than chance right after training on them (their `at-chance`
+    /// events), against whose low diagonals the ratio is taken, so it can read above 1
+    /// without anything having been retained. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_note: Option<String>,
     /// For each metric, the cells of the accuracy matrix it read (cells not evaluated under a
     /// cadence are `null` and skipped).
     #[serde(default)]

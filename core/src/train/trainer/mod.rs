@@ -681,6 +681,34 @@ fn train_loop(
     Ok(report)
 }
 
+/// [`Report::retention_note`]: the old tasks (all but the last row's) with an `at-chance` event,
+/// when retention is defined.
+fn retention_note(pr: &Progress, retention: Option<f64>) -> Option<String> {
+    let last = pr.matrix.len().checked_sub(1)?;
+    retention?;
+    let mut low: Vec<usize> = pr
+        .events
+        .iter()
+        .filter(|e| e.kind == "at-chance" && e.task < last)
+        .map(|e| e.task)
+        .collect();
+    low.sort_unstable();
+    low.dedup();
+    if low.is_empty() {
+        return None;
+    }
+    let list = low
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(format!(
+        "task(s) {list} scored no better than chance right after training on them: retention \
+         divides by those diagonals, so it is not a share kept (it can read above 1); \
+         read BWT, forgetting and the task-IL view instead"
+    ))
+}
+
 /// The report of a run at `pr`: the matrix and metrics so far, the memory and time figures
 /// (`total_s` seconds of wall time over every process of the run), `parameters` of the model.
 fn build_report(
@@ -693,6 +721,7 @@ fn build_report(
     let c = &p.cfg.config;
     let stream = &p.stream;
     let m = metrics::compute(&pr.matrix, &pr.baseline);
+    let m_retention = m.retention;
     let mut mem = pr.memory.clone();
     mem.peak_bytes = mem
         .train
@@ -746,6 +775,7 @@ fn build_report(
             .then(|| pr.task_il_matrix.clone()),
         task_il_metrics: (stream.scenario == Scenario::ClassIncremental)
             .then(|| metrics::compute(&pr.task_il_matrix, &pr.task_il_baseline)),
+        retention_note: retention_note(pr, m_retention),
         metric_cells: super::report::metric_cells(&pr.matrix),
         throughput: Throughput {
             train_samples_per_s: pr.counters.samples as f64 / timings.train_s.max(1e-9),
