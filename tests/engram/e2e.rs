@@ -10,7 +10,12 @@ fn report(dir: &Path) -> Value {
 }
 
 fn matrix(r: &Value) -> Vec<Vec<f64>> {
-    r["accuracy_matrix"]
+    matrix_at(r, "accuracy_matrix")
+}
+
+/// The matrix under `key` (`accuracy_matrix`, `task_il_accuracy_matrix`).
+fn matrix_at(r: &Value, key: &str) -> Vec<Vec<f64>> {
+    r[key]
         .as_array()
         .unwrap()
         .iter()
@@ -67,18 +72,7 @@ fn two_real_tasks_report_and_metrics() {
     // row the class-IL head gets right (its prediction is among the task's classes) stays
     // right, so no cell is below its class-IL one; the old task, lost to the new classes in
     // the class-IL view (naive), is still told apart within its own pair.
-    let t: Vec<Vec<f64>> = r["task_il_accuracy_matrix"]
-        .as_array()
-        .expect("a class-incremental run reports task_il_accuracy_matrix")
-        .iter()
-        .map(|row| {
-            row.as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap())
-                .collect()
-        })
-        .collect();
+    let t = matrix_at(&r, "task_il_accuracy_matrix");
     assert_eq!((t.len(), t[0].len()), (2, 2));
     for i in 0..2 {
         for j in 0..2 {

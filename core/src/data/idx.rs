@@ -55,12 +55,7 @@ pub fn parse_idx(bytes: &[u8]) -> Result<IdxArray, IdxError> {
             actual: raw.len() as u64,
         });
     }
-    let dims32: Vec<u32> = (0..rank)
-        .map(|i| {
-            let o = 4 + 4 * i;
-            u32::from_be_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]])
-        })
-        .collect();
+    let dims32 = header_dims(raw, rank);
     if rank == 0 || rank > MAX_RANK {
         return Err(IdxError::BadDims {
             dims: dims32,
@@ -73,14 +68,10 @@ pub fn parse_idx(bytes: &[u8]) -> Result<IdxArray, IdxError> {
             reason: "a dimension is zero".into(),
         });
     }
-    let total = dims32
-        .iter()
-        .try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
-        .filter(|&t| t <= (1u64 << 36))
-        .ok_or_else(|| IdxError::BadDims {
-            dims: dims32.clone(),
-            reason: "the declared size is implausibly large".into(),
-        })?;
+    let total = declared_size(&dims32).ok_or_else(|| IdxError::BadDims {
+        dims: dims32.clone(),
+        reason: "the declared size is implausibly large".into(),
+    })?;
     let need = header as u64 + total;
     let have = raw.len() as u64;
     if have < need {
@@ -96,6 +87,24 @@ pub fn parse_idx(bytes: &[u8]) -> Result<IdxArray, IdxError> {
         dims: dims32.iter().map(|&d| d as usize).collect(),
         data: raw[header..].to_vec(),
     })
+}
+
+/// The `rank` big-endian dimensions after the 4 magic bytes (`raw` holds them all).
+fn header_dims(raw: &[u8], rank: usize) -> Vec<u32> {
+    (0..rank)
+        .map(|i| {
+            let o = 4 + 4 * i;
+            u32::from_be_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]])
+        })
+        .collect()
+}
+
+/// The number of data bytes `dims` declare, when it is at most 2³⁶ (64 GiB; larger is not a
+/// plausible IDX file).
+fn declared_size(dims: &[u32]) -> Option<u64> {
+    dims.iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
+        .filter(|&t| t <= (1u64 << 36))
 }
 
 /// Decompresses gzipped IDX bytes no further than their header declares: the header first,
@@ -124,19 +133,7 @@ fn gunzip_bounded(bytes: &[u8]) -> Result<Vec<u8>, IdxError> {
     if out.len() < 4 + 4 * rank {
         return Ok(out);
     }
-    let total = (0..rank)
-        .map(|i| {
-            let o = 4 + 4 * i;
-            u64::from(u32::from_be_bytes([
-                out[o],
-                out[o + 1],
-                out[o + 2],
-                out[o + 3],
-            ]))
-        })
-        .try_fold(1u64, u64::checked_mul)
-        .filter(|&t| t <= (1u64 << 36));
-    if let Some(total) = total {
+    if let Some(total) = declared_size(&header_dims(&out, rank)) {
         more(&mut out, total + 1)?;
     }
     Ok(out)
