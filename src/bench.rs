@@ -129,24 +129,41 @@ pub struct MemoryRow {
     pub time_ratio: f64,
 }
 
-/// Runs `f(step)` `warmup + steps` times; the row holds the highest heap peak above the bytes
-/// in use at the start of a measured call, and the mean seconds per measured call.
+/// Runs `f(step)` `warmup + steps` times; the row holds the highest peak above the bytes in use
+/// at the start of a measured call, and the mean seconds per measured call.
+///
+/// On the CPU the peak is the counting allocator's heap peak. A CubeCL device pool reports
+/// current bytes only, so there each call starts from a cleaned-up pool (`memory_cleanup` after
+/// a `sync`) and the peak is the growth of its *reserved* bytes over the call: the pages the step
+/// needed at once, an upper estimate at the pool's page granularity.
 fn measure(
+    device: &Device,
     name: &str,
     warmup: usize,
     steps: usize,
     mut f: impl FnMut(usize) -> Result<()>,
 ) -> Result<MemoryRow> {
     use engram_core::train::memory::{heap, reset_heap_peak};
+    let pool = |d: &Device| {
+        let _ = d.sync();
+        d.memory_pool_usage().map(|u| u.bytes_reserved)
+    };
     let (mut peak, mut secs) = (0u64, 0.0);
     for s in 0..warmup + steps {
-        reset_heap_peak();
-        let before = heap().map_or(0, |h| h.current);
+        let before = if pool(device).is_some() {
+            device.memory_cleanup();
+            pool(device).unwrap_or(0)
+        } else {
+            reset_heap_peak();
+            heap().map_or(0, |h| h.current)
+        };
         let t = Instant::now();
         f(s)?;
+        let after = pool(device);
         let dt = t.elapsed().as_secs_f64();
         if s >= warmup {
-            peak = peak.max(heap().map_or(0, |h| h.peak).saturating_sub(before));
+            let top = after.unwrap_or_else(|| heap().map_or(0, |h| h.peak));
+            peak = peak.max(top.saturating_sub(before));
             secs += dt;
         }
     }
@@ -194,8 +211,8 @@ pub enum BenchModel {
 /// (compute in `amp`, dynamic loss scaling), `checkpoint+amp`, and Burn's op-level
 /// checkpointing alone (`op-level`) and with segments (`checkpoint+op-level`) on `model` at batch
 /// `batch`
-/// with synthetic 28×28 input, measured in one process with the counting allocator (CPU); ratios
-/// to `standard`. Each row: 2 warm-up steps, then `steps` measured. Two more rows
+/// with synthetic 28×28 input, measured in one process with the counting allocator (CPU) or the
+/// device pool's reserved bytes (CubeCL devices, see `measure`); ratios to `standard`. Each row: 2 warm-up steps, then `steps` measured. Two more rows
 /// compare a forward pass with its autodiff graph (`forward_tracked`) and evaluation on the
 /// inference copy without a graph (`eval_no_graph`); their ratios are to `forward_tracked`.
 ///
@@ -296,7 +313,7 @@ pub fn memory(
         } else {
             chain.push(Box::new(engram_strategies::standard::Standard));
         }
-        rows.push(measure(name, 2, steps, |s| {
+        rows.push(measure(device, name, 2, steps, |s| {
             let out = Next::new(&mut chain).run(StepRequest {
                 model: m,
                 batch: make(dev),
@@ -316,7 +333,7 @@ pub fn memory(
     use engram_core::model::{Activation, ForwardCtx};
     let valid = model.valid();
     for name in ["forward_tracked", "eval_no_graph"] {
-        rows.push(measure(name, 1, steps, |_| {
+        rows.push(measure(device, name, 1, steps, |_| {
             let logits = if name == "eval_no_graph" {
                 let x = Tensor::<2>::from_data(TensorData::new(xs.clone(), [batch, 784]), device);
                 valid.forward(Activation::Flat(x), &ForwardCtx::default())

@@ -272,8 +272,12 @@ enum BenchCommand {
         /// Compute dtype of the `amp` rows: `f16` or `bf16`.
         #[arg(long, default_value = "f16")]
         dtype: String,
+        /// The device (`cpu`, `cuda`, `vulkan`, `cubecl-cpu`).
+        #[arg(long, default_value = "cpu")]
+        device: String,
     },
-    /// Training samples/s of the example MLP at batch 128 (and PyTorch's, when available).
+    /// Training samples/s of the example MLP at batch 128, here and at each of `--threads`, with
+    /// the plain PyTorch loop at the same thread counts when PyTorch is importable.
     Throughput {
         /// Write the figures as JSON.
         #[arg(long)]
@@ -287,6 +291,17 @@ enum BenchCommand {
         /// Batch size.
         #[arg(long, default_value_t = 128)]
         batch: usize,
+        /// The device (`cpu`, `cuda`, `vulkan`, `cubecl-cpu`).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Thread counts to compare, each in its own process (`RAYON_NUM_THREADS`, and
+        /// `torch.set_num_threads` for PyTorch); `none` for this process only.
+        #[arg(long, default_value = "1,2")]
+        threads: String,
+        /// Measure this process only and print its figures as one JSON line (what each
+        /// `--threads` child runs).
+        #[arg(long, hide = true)]
+        single: bool,
     },
 }
 
@@ -335,7 +350,9 @@ fn main() -> ExitCode {
             "\nengram: interrupted; writing a checkpoint at the next step (Ctrl-C again to quit now)"
         );
     });
-    let result = std::panic::catch_unwind(|| dispatch(&cli));
+    // On a thread of engram's pool, so that Burn's parallel ops and the step's serial ones share
+    // its threads instead of oversubscribing the cores (engram_core::threads).
+    let result = engram::core::threads::install(|| std::panic::catch_unwind(|| dispatch(&cli)));
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
@@ -542,6 +559,7 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     steps,
                     json,
                     dtype,
+                    device,
                 },
         } => {
             use engram::bench::BenchModel;
@@ -591,11 +609,18 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     )));
                 }
             };
-            let device = engram::core::burn::tensor::Device::flex();
+            let name = device;
+            let device = engram::core::device::select(name)?;
             let rows = engram::bench::memory(&device, &m, batch, (*steps).max(1), amp)?;
-            println!(
-                "{m:?}, batch {batch}, CPU heap (counting allocator); peak = bytes above the step's start"
-            );
+            if device.memory_pool_usage().is_some() {
+                println!(
+                    "{m:?}, batch {batch}, device {name}: the pool's reserved bytes; peak = growth over the step from a cleaned-up pool"
+                );
+            } else {
+                println!(
+                    "{m:?}, batch {batch}, CPU heap (counting allocator); peak = bytes above the step's start"
+                );
+            }
             println!(
                 "{:<20} {:>12} {:>10} {:>8} {:>8}",
                 "training step", "peak MiB", "step ms", "peak ×", "time ×"
@@ -627,8 +652,19 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     python,
                     steps,
                     batch,
+                    device,
+                    threads,
+                    single,
                 },
-        } => bench_throughput(json.as_deref(), python, *steps, *batch),
+        } => bench_throughput(&ThroughputArgs {
+            json: json.as_deref(),
+            python,
+            steps: *steps,
+            batch: *batch,
+            device,
+            threads,
+            single: *single,
+        }),
         Command::Report { dir, out } => {
             let files = engram::report::render_dir(dir, out.as_deref())?;
             if !cli.quiet {
@@ -1271,57 +1307,162 @@ fn list(registry: &Registry, json: bool) {
     }
 }
 
-fn bench_throughput(json: Option<&Path>, python: &str, steps: usize, batch: usize) -> Result<()> {
-    if steps == 0 || batch == 0 {
+/// The options of `engram bench throughput`.
+struct ThroughputArgs<'a> {
+    json: Option<&'a Path>,
+    python: &'a str,
+    steps: usize,
+    batch: usize,
+    device: &'a str,
+    threads: &'a str,
+    single: bool,
+}
+
+/// The PyTorch twin, embedded so that an installed or bundled binary carries it.
+const TORCH_TWIN: &str = include_str!("../bench/throughput_torch.py");
+
+/// Runs the PyTorch twin with `threads` intra-op threads; `None` when PyTorch cannot run.
+fn torch_twin(a: &ThroughputArgs, threads: usize) -> Option<serde_json::Value> {
+    use std::io::Write as _;
+    let device = if a.device == "cuda" { "cuda" } else { "cpu" };
+    let mut child = std::process::Command::new(a.python)
+        .arg("-")
+        .args([
+            "--batch",
+            &a.batch.to_string(),
+            "--steps",
+            &a.steps.to_string(),
+        ])
+        .args(["--threads", &threads.to_string(), "--device", device])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    child.stdin.take()?.write_all(TORCH_TWIN.as_bytes()).ok()?;
+    let out = child.wait_with_output().ok()?;
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+/// Runs this binary's `bench throughput --single` with `RAYON_NUM_THREADS=threads`.
+fn engram_child(a: &ThroughputArgs, threads: usize) -> Result<serde_json::Value> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("/proc/self/exe", e))?;
+    let out = std::process::Command::new(&exe)
+        .args(["bench", "throughput", "--single", "--device", a.device])
+        .args([
+            "--batch",
+            &a.batch.to_string(),
+            "--steps",
+            &a.steps.to_string(),
+        ])
+        .env("RAYON_NUM_THREADS", threads.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| Error::io(&exe, e))?;
+    if !out.status.success() {
+        return Err(Error::Other(format!(
+            "bench throughput: the {threads}-thread run failed ({})",
+            out.status
+        )));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| {
+        Error::Other(format!(
+            "bench throughput: the {threads}-thread run printed no figures: {e}"
+        ))
+    })
+}
+
+fn bench_throughput(a: &ThroughputArgs) -> Result<()> {
+    if a.steps == 0 || a.batch == 0 {
         return Err(Error::Usage(
             "bench throughput: --steps and --batch must be at least 1".into(),
         ));
     }
-    let device = engram::core::burn::tensor::Device::flex();
-    let r = engram::bench::throughput(&device, batch, steps, 20)?;
-    println!(
-        "engram (Burn {} flex, CPU): {:.0} samples/s ({:.2} ms/step, batch {})",
-        engram::core::BURN_VERSION,
-        r.train_samples_per_s,
-        r.step_seconds * 1e3,
-        r.batch
-    );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/throughput_torch.py");
-    let torch = std::process::Command::new(python)
-        .args(["-c", "import torch"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|_| {
-            std::process::Command::new(python)
-                .arg(&script)
-                .args(["--batch", &batch.to_string(), "--steps", &steps.to_string()])
-                .output()
-                .ok()
-        })
-        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok());
+    let counts: Vec<usize> = if a.threads == "none" || a.single {
+        Vec::new()
+    } else {
+        a.threads
+            .split(',')
+            .map(|t| t.trim().parse::<usize>().ok().filter(|&n| n > 0))
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "bench throughput: --threads `{}` is not a list of thread counts such as 1,2 (or `none`)",
+                    a.threads
+                ))
+            })?
+    };
+    let device = engram::core::device::select(a.device)?;
+    let r = engram::bench::throughput(&device, a.batch, a.steps, 20)?;
+    let here = engram::core::threads::threads();
     let mut out = serde_json::json!({
         "train_samples_per_s": r.train_samples_per_s,
         "step_seconds": r.step_seconds,
         "batch": r.batch,
         "steps": r.steps,
+        "threads": here,
+        "device": a.device,
     });
-    match &torch {
-        Some(t) => {
-            let ts = t["train_samples_per_s"].as_f64().unwrap_or(f64::NAN);
-            println!(
-                "PyTorch {} ({} threads): {:.0} samples/s; engram / PyTorch = {:.2}x",
-                t["torch"].as_str().unwrap_or("?"),
-                t["threads"],
-                ts,
-                r.train_samples_per_s / ts
-            );
-            out["torch_samples_per_s"] = ts.into();
-            out["ratio_vs_torch"] = (r.train_samples_per_s / ts).into();
-        }
-        None => println!("PyTorch comparison skipped: `{python} -c 'import torch'` failed"),
+    if a.single {
+        println!("{out}");
+        return Ok(());
     }
-    if let Some(path) = json {
+    println!(
+        "engram (Burn {}, device {}), MLP 784-400-400-10, batch {}, {} steps after 20 of warm-up",
+        engram::core::BURN_VERSION,
+        a.device,
+        r.batch,
+        r.steps
+    );
+    println!(
+        "this process ({here} threads): {:.0} samples/s ({:.2} ms/step)",
+        r.train_samples_per_s,
+        r.step_seconds * 1e3
+    );
+    let mut rows = Vec::new();
+    let mut torch_version = None;
+    if !counts.is_empty() {
+        println!(
+            "{:>7} {:>18} {:>18} {:>15}",
+            "threads", "engram samples/s", "PyTorch samples/s", "engram/PyTorch"
+        );
+    }
+    for &n in &counts {
+        let e = engram_child(a, n)?["train_samples_per_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN);
+        let t = torch_twin(a, n);
+        let ts = t.as_ref().and_then(|t| t["train_samples_per_s"].as_f64());
+        if let Some(t) = &t {
+            torch_version = t["torch"].as_str().map(str::to_string);
+        }
+        let ratio = ts.map(|ts| e / ts);
+        println!(
+            "{n:>7} {e:>18.0} {:>18} {:>15}",
+            ts.map_or("-".into(), |v| format!("{v:.0}")),
+            ratio.map_or("-".into(), |v| format!("{v:.2}x"))
+        );
+        rows.push(serde_json::json!({
+            "threads": n,
+            "engram_samples_per_s": e,
+            "torch_samples_per_s": ts,
+            "ratio_vs_torch": ratio,
+        }));
+    }
+    match &torch_version {
+        Some(v) => println!("PyTorch {v}: the plain loop of bench/throughput_torch.py"),
+        None if !counts.is_empty() => println!(
+            "PyTorch comparison skipped: `{} - < bench/throughput_torch.py` did not run (is torch importable?)",
+            a.python
+        ),
+        None => {}
+    }
+    out["rows"] = rows.into();
+    out["torch"] = torch_version.into();
+    if let Some(path) = a.json {
         let bytes = serde_json::to_vec_pretty(&out).map_err(|e| Error::Other(e.to_string()))?;
         engram::core::fsutil::write_atomic(path, &bytes)?;
     }

@@ -1,7 +1,10 @@
 //! Choosing the compute device at run time.
 //!
-//! `cpu` is Burn's pure-Rust flex backend (`Device::flex()`), always built. `vulkan` and `cuda`
-//! exist only in binaries built with the cargo features of the same names. A GPU device is
+//! `cpu` is Burn's pure-Rust flex backend (`Device::flex()`), always built. `vulkan`, `cuda` and
+//! `cubecl-cpu` exist only in binaries built with the cargo features of the same names (the
+//! `cuda` feature of the engram package brings `cubecl-cpu` along). `cubecl-cpu` is CubeCL's CPU
+//! runtime (`Device::cpu()`): the same kernels, memory pools and dtype support as the GPU
+//! runtimes, compiled by LLVM for this CPU, so that the GPU code path runs without a GPU. A device is
 //! probed with `Device::enumerate` before first use, because Burn panics ("no adapter found")
 //! when it is absent; engram turns that into [`Error::Device`].
 
@@ -9,9 +12,9 @@ use crate::error::{Error, Result};
 use burn::tensor::Device;
 
 /// Device names `--device` accepts.
-pub const DEVICE_NAMES: [&str; 3] = ["cpu", "vulkan", "cuda"];
+pub const DEVICE_NAMES: [&str; 4] = ["cpu", "vulkan", "cuda", "cubecl-cpu"];
 
-/// The device named `name` (`cpu`, `vulkan`, `cuda`), without autodiff.
+/// The device named `name` (`cpu`, `vulkan`, `cuda`, `cubecl-cpu`), without autodiff.
 ///
 /// # Errors
 /// [`Error::Device`] for an unknown name, a backend not compiled into this binary, or no such
@@ -25,6 +28,7 @@ pub fn select(name: &str) -> Result<Device> {
         "cpu" | "flex" => Ok(Device::flex()),
         "vulkan" => vulkan().map_err(err),
         "cuda" => cuda().map_err(err),
+        "cubecl-cpu" => cubecl_cpu().map_err(err),
         other => Err(err(format!(
             "unknown device `{other}`; choose one of {}",
             DEVICE_NAMES.join(", ")
@@ -46,14 +50,15 @@ fn probe(f: impl FnOnce() -> Option<Device> + std::panic::UnwindSafe) -> Result<
     }
 }
 
+/// The first device of type `t` on this machine, probed.
+#[allow(dead_code)]
+fn first(t: burn::tensor::DeviceType) -> Result<Device, String> {
+    probe(move || Device::enumerate(t).into_vec().into_iter().next())
+}
+
 #[cfg(feature = "vulkan")]
 fn vulkan() -> Result<Device, String> {
-    probe(|| {
-        burn::tensor::Device::enumerate(burn::tensor::DeviceType::Vulkan)
-            .into_vec()
-            .into_iter()
-            .next()
-    })
+    first(burn::tensor::DeviceType::Vulkan)
 }
 
 #[cfg(not(feature = "vulkan"))]
@@ -63,17 +68,22 @@ fn vulkan() -> Result<Device, String> {
 
 #[cfg(feature = "cuda")]
 fn cuda() -> Result<Device, String> {
-    probe(|| {
-        burn::tensor::Device::enumerate(burn::tensor::DeviceType::Cuda)
-            .into_vec()
-            .into_iter()
-            .next()
-    })
+    first(burn::tensor::DeviceType::Cuda)
 }
 
 #[cfg(not(feature = "cuda"))]
 fn cuda() -> Result<Device, String> {
-    Err("this binary was built without CUDA; rebuild with `cargo build --release --features cuda` (Burn's CUDA build downloads a prebuilt LLVM the first time, so it needs network)".into())
+    Err("this binary was built without CUDA; rebuild with `cargo build --release --features cuda` (Burn's CUDA build downloads a prebuilt LLVM the first time, unless `scripts/setup-cuda-build.sh` has prepared Debian's)".into())
+}
+
+#[cfg(feature = "cubecl-cpu")]
+fn cubecl_cpu() -> Result<Device, String> {
+    first(burn::tensor::DeviceType::Cpu)
+}
+
+#[cfg(not(feature = "cubecl-cpu"))]
+fn cubecl_cpu() -> Result<Device, String> {
+    Err("this binary was built without CubeCL's CPU runtime; rebuild with `cargo build --release --features cuda` (or `--features cubecl-cpu`) after `scripts/setup-cuda-build.sh`".into())
 }
 
 #[cfg(test)]

@@ -62,6 +62,7 @@ pub mod plugin;
 pub mod registry;
 pub mod rng;
 pub mod strategy;
+pub mod threads;
 pub mod train;
 
 pub use burn;

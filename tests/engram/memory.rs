@@ -214,3 +214,44 @@ fn accumulation_with_batch_norm_is_said() {
         );
     }
 }
+
+/// `bench throughput` measures this process and each `--threads` count in a child process with
+/// `RAYON_NUM_THREADS`; without PyTorch (`--python false`) the comparison is `null`, not made up.
+/// A thread list that is not one, and a device this build lacks, are usage errors (exit 2).
+#[test]
+fn throughput_bench_reports_each_thread_count() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("tp.json");
+    let (code, msg) = run(&[
+        "bench",
+        "throughput",
+        "--steps",
+        "3",
+        "--threads",
+        "1,2",
+        "--python",
+        "false",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
+    assert!(v["train_samples_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["steps"], 3);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    for (row, n) in rows.iter().zip([1, 2]) {
+        assert_eq!(row["threads"], n);
+        assert!(row["engram_samples_per_s"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["torch_samples_per_s"].is_null(), "{row}");
+    }
+    assert!(msg.contains("PyTorch comparison skipped"), "{msg}");
+    let (code, msg) = run(&["bench", "throughput", "--threads", "1,x"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("not a list of thread counts"), "{msg}");
+    if !cfg!(feature = "cuda") {
+        let (code, msg) = run(&["bench", "memory", "--device", "cubecl-cpu"]);
+        assert_eq!(code, 2, "{msg}");
+        assert!(msg.contains("built without CubeCL's CPU runtime"), "{msg}");
+    }
+}
