@@ -6,14 +6,14 @@
 #
 #   bench/gpu-path.sh [--bin ENGRAM] [--device D] [--out DIR]
 #
-# Defaults: target/cuda/release/engram (the cuda build, which carries CubeCL's CPU runtime),
-# device `cubecl-cpu` (the kernels a GPU runs, compiled by LLVM for this CPU; far too slow so
-# far: book, "The accelerator path"), DIR target/gpu-path. On a GPU machine: `--device cuda`
-# (bench/gpu.sh run does that); CI runs it on `cpu` with the cuda build, inside gpu.sh run.
+# Defaults: target/cuda/release/engram (the cuda build), device `cuda`, DIR target/gpu-path.
+# bench/gpu.sh run runs it on the GPU machine; CI runs it on `cpu` with the cuda build, inside
+# gpu.sh run. `--device cubecl-cpu` (a build with `--features cuda,cubecl-cpu`) runs the GPU
+# path's kernels on this CPU, but far too slowly so far (book, "The accelerator path").
 # Writes DIR/gpu-path.json (one entry a check, with its figures); exit 1 when a check fails.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-BIN=target/cuda/release/engram DEV=cubecl-cpu OUT=target/gpu-path
+repo=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$repo/target/cuda/release/engram DEV=cuda OUT=$repo/target/gpu-path
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$BIN" ] || { echo "gpu-path: no binary at $BIN (build: scripts/setup-cuda-build.sh, then CARGO_TARGET_DIR=target/cuda cargo build --release --features cuda)" >&2; exit 2; }
-rm -rf "$OUT"; mkdir -p "$OUT"
+rm -rf "$OUT"; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)  # the paths below are taken as given, from any directory
 results="$OUT/results.jsonl"; : >"$results"
 fails=0
 

@@ -88,7 +88,7 @@ run() {
   elif [ -x "$here/../bin/engram" ]; then root=$(cd "$here/.." && pwd)
   else echo "gpu.sh run: give --bundle FILE (from bench/gpu.sh pack), or run the script inside an unpacked bundle" >&2; exit 2
   fi
-  out=${out:-${OUT:-$PWD/gpu-run}}; mkdir -p "$out"
+  out=${out:-${OUT:-$PWD/gpu-run}}; mkdir -p "$out"; out=$(cd "$out" && pwd)
   local E="$root/bin/engram" S=$SECONDS
   export LD_LIBRARY_PATH="$root/lib:$root/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ENGRAM_DATA="$root/data"
   export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$(mktemp -d)}
@@ -102,6 +102,7 @@ run() {
     local t0=$SECONDS; timeout "$t" "$@" >"$out/$name.log" 2>&1; local rc=$?
     printf '{"step":"%s","rc":%s,"seconds":%s}\n' "$name" "$rc" "$((SECONDS - t0))" >>"$steps"
     echo "rc=$rc $name ($((SECONDS - t0)) s)"
+    [ "$rc" = 0 ] || [ "$name" = probe ] || tail -8 "$out/$name.log" | sed 's/^/    | /'
     return $rc
   }
   nvidia-smi -L >"$out/nvidia-smi.log" 2>&1 || true

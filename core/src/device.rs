@@ -1,8 +1,7 @@
 //! Choosing the compute device at run time.
 //!
 //! `cpu` is Burn's pure-Rust flex backend (`Device::flex()`), always built. `vulkan`, `cuda` and
-//! `cubecl-cpu` exist only in binaries built with the cargo features of the same names (the
-//! `cuda` feature of the engram package brings `cubecl-cpu` along). `cubecl-cpu` is CubeCL's CPU
+//! `cubecl-cpu` exist only in binaries built with the cargo features of the same names. `cubecl-cpu` is CubeCL's CPU
 //! runtime (`Device::cpu()`): the same kernels, memory pools and dtype support as the GPU
 //! runtimes, compiled by LLVM for this CPU, so that the GPU code path runs without a GPU. A device is
 //! probed with `Device::enumerate` before first use, because Burn panics ("no adapter found")
@@ -83,7 +82,7 @@ fn cubecl_cpu() -> Result<Device, String> {
 
 #[cfg(not(feature = "cubecl-cpu"))]
 fn cubecl_cpu() -> Result<Device, String> {
-    Err("this binary was built without CubeCL's CPU runtime; rebuild with `cargo build --release --features cuda` (or `--features cubecl-cpu`) after `scripts/setup-cuda-build.sh`".into())
+    Err("this binary was built without CubeCL's CPU runtime; rebuild with `cargo build --release --features cubecl-cpu` (or `cuda,cubecl-cpu`) after `scripts/setup-cuda-build.sh`".into())
 }
 
 #[cfg(test)]

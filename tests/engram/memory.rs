@@ -249,7 +249,7 @@ fn throughput_bench_reports_each_thread_count() {
     let (code, msg) = run(&["bench", "throughput", "--threads", "1,x"]);
     assert_eq!(code, 2, "{msg}");
     assert!(msg.contains("not a list of thread counts"), "{msg}");
-    if !cfg!(feature = "cuda") {
+    if !cfg!(feature = "cubecl-cpu") {
         let (code, msg) = run(&["bench", "memory", "--device", "cubecl-cpu"]);
         assert_eq!(code, 2, "{msg}");
         assert!(msg.contains("built without CubeCL's CPU runtime"), "{msg}");
