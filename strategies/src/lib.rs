@@ -10,15 +10,20 @@
 //! built-in to that.
 
 pub mod accumulate;
+pub mod agem;
 pub mod amp;
 pub mod budget;
 pub mod checkpoint;
 pub mod constant;
+pub mod derpp;
 pub mod ema;
+pub mod er_ace;
 pub mod ewc;
+pub mod lwf;
 pub mod naive;
 pub mod ncm;
 pub mod replay;
+pub mod reservoir;
 pub mod schedules;
 /// The plain step, engram-core's (re-exported where it used to live).
 pub use engram_core::strategy::standard;
@@ -30,6 +35,10 @@ pub const BUILTINS: &[Registration] = &[
     naive::REGISTRATION,
     ewc::REGISTRATION,
     replay::REGISTRATION,
+    er_ace::REGISTRATION,
+    derpp::REGISTRATION,
+    agem::REGISTRATION,
+    lwf::REGISTRATION,
     ema::REGISTRATION,
     checkpoint::REGISTRATION,
     accumulate::REGISTRATION,
@@ -48,13 +57,52 @@ pub const BUILTINS: &[Registration] = &[
 #[cfg(test)]
 pub(crate) static BURN_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Helpers shared by the unit tests of the execution strategies.
+/// Helpers shared by the unit tests of the strategies.
 #[cfg(test)]
 pub(crate) mod test_util {
-    use engram_core::burn::tensor::Tensor;
-    use engram_core::data::stream::Batch;
+    use engram_core::burn::tensor::{Device, Tensor};
+    use engram_core::config::DataConfig;
+    use engram_core::data::dataset::{Dataset, Split};
+    use engram_core::data::stream::{Batch, Stream};
     use engram_core::model::Model;
     use engram_core::strategy::LossFn;
+    use std::sync::Arc;
+
+    /// A class-incremental stream of 5 tasks × 2 classes over a toy dataset: 4 features (2 × 2
+    /// images), 30 training and 5 test rows per class, labels `i % 10`.
+    pub(crate) fn toy_stream() -> Stream {
+        let split = |per: usize| {
+            let n = 10 * per;
+            Split::bytes(
+                (0..n * 4).map(|i| (i % 251) as u8).collect(),
+                (0..n).map(|i| (i % 10) as u32).collect(),
+                4,
+                0.0,
+                1.0,
+            )
+        };
+        let ds = Dataset::new(
+            "toy",
+            "toy".into(),
+            split(30),
+            split(5),
+            engram_core::model::InputShape::Image {
+                channels: 1,
+                height: 2,
+                width: 2,
+            },
+            10,
+        );
+        let cfg: DataConfig = toml::from_str("dataset = \"fashion-mnist\"").unwrap();
+        Stream::build(Arc::new(ds), &cfg, 0).unwrap()
+    }
+
+    /// A 4-6-10 tanh MLP for the toy stream.
+    pub(crate) fn toy_model(device: &Device) -> Model {
+        use engram_core::model::mlp::{ActivationKind, build_mlp};
+        let mut g = engram_core::rng::stream(0, "init", 0, 0);
+        build_mlp(4, &[6], 10, ActivationKind::Tanh, 0.0, &mut g, device)
+    }
 
     /// The trainer's loss (mean or row-weighted cross-entropy) plus `l2 · Σ θ²` on every
     /// parameter: a penalty like EWC's, whose gradient reaches every block.

@@ -1196,11 +1196,9 @@ engram_core::component!(ReplayParams, forgetting "replay");
 #[cfg(test)]
 mod tests {
     use super::*;
-    use engram_core::config::DataConfig;
-    use engram_core::data::dataset::{Dataset, Split};
+    use crate::test_util::{toy_model, toy_stream};
     use engram_core::data::stream::Stream;
     use engram_core::strategy::{Controls, Position};
-    use std::sync::Arc;
 
     fn slots(task: u16, n: usize, classes: &[u8]) -> Vec<Slot> {
         (0..n)
@@ -1483,40 +1481,6 @@ mod tests {
         let g: Vec<f32> = g.into_data().try_to_vec::<f32>().unwrap();
         assert_eq!(g[5], 0.0);
         assert!(g[3].abs() > 1e-3);
-    }
-
-    fn toy_stream() -> Stream {
-        let split = |per: usize| {
-            let n = 10 * per;
-            Split::bytes(
-                (0..n * 4).map(|i| (i % 251) as u8).collect(),
-                (0..n).map(|i| (i % 10) as u32).collect(),
-                4,
-                0.0,
-                1.0,
-            )
-        };
-        let ds = Dataset::new(
-            "toy",
-            "toy".into(),
-            split(30),
-            split(5),
-            engram_core::model::InputShape::Image {
-                channels: 1,
-                height: 2,
-                width: 2,
-            },
-            10,
-        );
-        let cfg: DataConfig = toml::from_str("dataset = \"fashion-mnist\"").unwrap();
-        Stream::build(Arc::new(ds), &cfg, 0).unwrap()
-    }
-
-    /// A 4-6-10 tanh MLP for the toy stream.
-    fn toy_model(device: &Device) -> Model {
-        use engram_core::model::mlp::{ActivationKind, build_mlp};
-        let mut g = rng::stream(0, "init", 0, 0);
-        build_mlp(4, &[6], 10, ActivationKind::Tanh, 0.0, &mut g, device)
     }
 
     /// `r.after_task` for task `t` of `stream`, on `model`.

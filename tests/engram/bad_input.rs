@@ -417,6 +417,8 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
             "class-balanced from the task's first step",
         ),
         ("replay", "distill", "no logit distillation"),
+        ("derpp", "alpha", "no logit term"),
+        ("derpp", "beta", "DER: no cross-entropy on memory rows"),
         ("replay", "min_per_task", "no floor on a task's share"),
         ("replay", "priority_alpha", "uniform drawing (p^0 = 1)"),
         ("replay", "priority_decay", "a priority is the last loss"),

@@ -95,6 +95,16 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
             self.inner.logit_penalty(logits, batch)
         })
     }
+    fn adjust_gradients(
+        &mut self,
+        model: &Model,
+        grads: GradientsParams,
+        cx: &BatchContext<'_>,
+    ) -> crate::Result<GradientsParams> {
+        guard(&self.lib, &self.name, "adjust_gradients", || {
+            self.inner.adjust_gradients(model, grads, cx)
+        })?
+    }
     fn after_update(&mut self, model: Model, cx: &BatchContext<'_>) -> crate::Result<Model> {
         guard(&self.lib, &self.name, "after_update", || {
             self.inner.after_update(model, cx)

@@ -48,6 +48,7 @@ use crate::strategy::{
     Scheduler, StepContext, StepOutcome, StepRequest, StrategyState, TaskContext, TaskInfo,
 };
 use crate::{data::stream::Batch, model::Model};
+use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use std::any::Any;
 use std::cell::{Cell, RefCell};

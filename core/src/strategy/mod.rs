@@ -8,7 +8,9 @@
 //!     Scheduler::controls              -> learning rate, regularisation scale, replay ratio
 //!     ForgettingStrategy::prepare_batch -> e.g. replay mixes in stored samples
 //!     MemoryStrategy chain::step        -> loss (task loss + Σ penalty + Σ logit_penalty), grads
-//!     trainer: clip, optimiser step
+//!     trainer: clip
+//!     ForgettingStrategy::adjust_gradients -> e.g. A-GEM's projection on a memory gradient
+//!     trainer: optimiser step
 //!     ForgettingStrategy::after_update  -> e.g. EWC's proximal pull towards old solutions
 //!     ForgettingStrategy::after_step    -> e.g. replay priorities from per-sample losses
 //! ForgettingStrategy::after_task        -> e.g. EWC's Fisher information, buffer update
@@ -214,6 +216,26 @@ pub trait ForgettingStrategy: Send {
     /// logit replay, LwF), as a tracked scalar `[1]` (`None`: nothing).
     fn logit_penalty(&self, _logits: &Tensor<2>, _batch: &Batch) -> Option<Tensor<1>> {
         None
+    }
+
+    /// May replace the step's gradients before the optimiser applies them (gradient-projection
+    /// methods: A-GEM, Chaudhry et al. 2019, eq. 11; GEM; OGD). `grads` are the gradients the
+    /// optimiser is about to apply — of the total loss (task loss and every penalty), unscaled
+    /// (AMP) and clipped (`clip_norm`) — for the parameters of `model` (the autodiff model before
+    /// the step, which a method may run a pass of its own on, e.g. a memory batch's gradient).
+    /// Called in config order on every forgetting strategy, each seeing the previous one's
+    /// output; not called for a skipped step (AMP overflow). The default returns `grads` as
+    /// they are.
+    ///
+    /// # Errors
+    /// A strategy's own failure, as [`crate::Error::Strategy`].
+    fn adjust_gradients(
+        &mut self,
+        _model: &Model,
+        grads: GradientsParams,
+        _cx: &BatchContext<'_>,
+    ) -> Result<GradientsParams> {
+        Ok(grads)
     }
 
     /// May change the parameters after the optimiser step (proximal updates, projections).

@@ -446,6 +446,9 @@ fn train_loop(
                     if let Some(max) = c.train.clip_norm {
                         grads = clip_global_norm(&model, grads, max).0;
                     }
+                    grads = each_forgetting(&mut p.forgetting, grads, |f, g| {
+                        f.adjust_gradients(&model, g, &bcx)
+                    })?;
                     applied = Some(model.flat_grads(&grads));
                     model = optim.step(controls.lr, model, grads);
                     model =
