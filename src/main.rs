@@ -303,9 +303,31 @@ enum BenchCommand {
         #[arg(long, hide = true)]
         single: bool,
     },
+    /// The benchmark suite: every built-in forgetting strategy, the standard methods and the
+    /// shipped recipes with the plain baselines, on five streams × 3 seeds (a sweep:
+    /// `bench/suite.toml`), then one table per stream and the recipe goals. Resumable: a rerun
+    /// skips finished runs.
+    Suite {
+        /// The short table: `bench/suite-quick.toml` (short streams, 1 seed).
+        #[arg(long)]
+        quick: bool,
+        /// Another suite file (a sweep file with `[sweep.variants.stream]`).
+        #[arg(long, conflicts_with = "quick")]
+        sweep: Option<PathBuf>,
+        /// The suite's directory (default: runs/<suite name>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Runs at a time.
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+        /// Also write the tables (Markdown) to this file, as the book's figures are.
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
+    engram::core::device::pin_default_device();
     alloc::tune_malloc();
     std::panic::set_hook(Box::new(|info| {
         // A panic inside a plugin is caught and reported as a typed error naming the plugin.
@@ -665,6 +687,24 @@ fn dispatch(cli: &Cli) -> Result<()> {
             threads,
             single: *single,
         }),
+        Command::Bench {
+            command:
+                BenchCommand::Suite {
+                    quick,
+                    sweep: file,
+                    out,
+                    jobs,
+                    markdown,
+                },
+        } => bench_suite(
+            cli,
+            &registry,
+            *quick,
+            file.as_deref(),
+            out.as_deref(),
+            *jobs,
+            markdown.as_deref(),
+        ),
         Command::Report { dir, out } => {
             let files = engram::report::render_dir(dir, out.as_deref())?;
             if !cli.quiet {
@@ -750,6 +790,82 @@ fn sweep_out(sweep: &engram::sweep::Sweep, out: &Option<PathBuf>) -> PathBuf {
     out.clone()
         .or_else(|| sweep.out.clone())
         .unwrap_or_else(|| PathBuf::from("runs").join(&sweep.name))
+}
+
+/// `engram bench suite`: runs the suite's sweep here (`jobs` at a time), then prints its tables
+/// and writes them to DIR/suite.md (and `markdown`). The suite file defaults to
+/// `bench/suite.toml` (`bench/suite-quick.toml` with `quick`) under the current directory.
+fn bench_suite(
+    cli: &Cli,
+    registry: &Registry,
+    quick: bool,
+    file: Option<&Path>,
+    out: Option<&Path>,
+    jobs: usize,
+    markdown: Option<&Path>,
+) -> Result<()> {
+    let file = file.map_or_else(
+        || {
+            PathBuf::from(if quick {
+                "bench/suite-quick.toml"
+            } else {
+                "bench/suite.toml"
+            })
+        },
+        Path::to_path_buf,
+    );
+    if !file.is_file() {
+        return Err(Error::Usage(format!(
+            "bench suite: no suite file at {} (run it from engram's repository root, or give --sweep FILE)",
+            file.display()
+        )));
+    }
+    let sweep = validated_sweep(registry, &file)?;
+    if !sweep
+        .axes
+        .iter()
+        .any(|a| a.key == engram::sweep::suite::STREAM)
+    {
+        return Err(Error::Usage(format!(
+            "bench suite: {} has no [sweep.variants.{}] (the suite's streams)",
+            file.display(),
+            engram::sweep::suite::STREAM
+        )));
+    }
+    let dir = sweep_out(&sweep, &out.map(Path::to_path_buf));
+    let ran = sweep_run_cmd(cli, registry, &file, Some(dir.clone()), jobs, None);
+    let bytes =
+        std::fs::read(dir.join("sweep.json")).map_err(|e| Error::io(dir.join("sweep.json"), e))?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| Error::Other(format!("sweep.json: {e}")))?;
+    let md = engram::sweep::suite::markdown(&json);
+    print!("\n{md}");
+    engram::core::fsutil::write_atomic(&dir.join("suite.md"), md.as_bytes())?;
+    if let Some(m) = markdown {
+        engram::core::fsutil::write_atomic(m, md.as_bytes())?;
+    }
+    ran
+}
+
+/// `engram sweep run FILE --out DIR --jobs N [--threads T]`, as the sweep command runs it.
+fn sweep_run_cmd(
+    cli: &Cli,
+    registry: &Registry,
+    file: &Path,
+    out: Option<PathBuf>,
+    jobs: usize,
+    threads: Option<usize>,
+) -> Result<()> {
+    sweep(
+        cli,
+        registry,
+        &SweepCommand::Run {
+            sweep: file.to_path_buf(),
+            out,
+            jobs,
+            threads,
+        },
+    )
 }
 
 fn sweep(cli: &Cli, registry: &Registry, command: &SweepCommand) -> Result<()> {

@@ -896,15 +896,18 @@ impl Stat {
         v.map(|mean| Self { mean, std: None })
     }
 
-    /// Mean ± sample standard deviation of `values` (`None` when empty).
+    /// Mean ± sample standard deviation of `values` (`None` when empty; no deviation for one
+    /// value, which has none).
     pub fn of(values: &[f64]) -> Option<Self> {
         engram_core::train::metrics::mean_std(values).map(|(mean, std)| Self {
             mean,
-            std: Some(std),
+            std: (values.len() > 1).then_some(std),
         })
     }
 
-    fn from_aggregate(v: &serde_json::Value) -> Option<Self> {
+    /// Reads `{"mean": m, "std": s}` (the form of `aggregate.json` and `sweep.json`; `std` may
+    /// be `null`); `None` for anything else.
+    pub fn from_aggregate(v: &serde_json::Value) -> Option<Self> {
         Some(Self {
             mean: v.get("mean")?.as_f64()?,
             std: v.get("std").and_then(serde_json::Value::as_f64),

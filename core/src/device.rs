@@ -35,6 +35,23 @@ pub fn select(name: &str) -> Result<Device> {
     }
 }
 
+/// Makes Burn's default device the CPU (flex) for this process, unless `BURN_DEVICE` is set:
+/// sets `BURN_DEVICE=flex`. Call it first thing in `main`, before any thread starts (it writes
+/// the environment); the `engram` binary does.
+///
+/// Why: Burn picks `Device::default()` by the first backend compiled in (CUDA in a cuda build)
+/// and burn-optim 0.22 materialises a restored optimiser state there
+/// (`ModuleOptimizer::load_record`) before moving it to each parameter's device. In a cuda
+/// build on a machine without a GPU, every resume from a checkpoint that holds optimiser state
+/// (Adam's moments) panicked there, whatever `--device` said. Flex is always present, and the
+/// state moves to the parameters' device on the next step as before.
+pub fn pin_default_device() {
+    if std::env::var_os("BURN_DEVICE").is_none() {
+        // SAFETY: called from `main` before any other thread exists (see above).
+        unsafe { std::env::set_var("BURN_DEVICE", "flex") };
+    }
+}
+
 /// Runs a probe that may panic inside Burn, turning the panic into a message.
 #[allow(dead_code)]
 fn probe(f: impl FnOnce() -> Option<Device> + std::panic::UnwindSafe) -> Result<Device, String> {

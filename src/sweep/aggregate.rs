@@ -67,6 +67,7 @@ pub fn cells(dir: &Path) -> Result<(Manifest, Vec<Cell>, Vec<serde_json::Value>)
             entry["task_il_acc"] =
                 serde_json::json!(rep.task_il_metrics.as_ref().and_then(|m| m.acc));
             entry["accuracy_matrix"] = serde_json::json!(rep.accuracy_matrix);
+            entry["task_il_accuracy_matrix"] = serde_json::json!(rep.task_il_accuracy_matrix);
             cells[k].done.push(r.name.clone());
             reports[k].push(rep);
         } else {
@@ -127,8 +128,9 @@ fn stat_json(s: &Option<Stat>) -> serde_json::Value {
 /// `sweep.json`: `{"sweep", "axes", "cells": [{"cell", "axes", "runs", "unfinished",
 /// "metrics": {"acc": {"mean", "std"}, "bwt", "forgetting", "fwt", "retention", "task_il_acc",
 /// "time_s", "peak_mib", "params_k"}}], "runs": [{"name", "cell", "seed", "status", "acc",
-/// "bwt", "forgetting", "retention", "task_il_acc", "accuracy_matrix"}]}` (`task_il_acc`: the
-/// task-IL view's ACC, `null` except for class-incremental runs); fractions for the metrics, seconds,
+/// "bwt", "forgetting", "retention", "task_il_acc", "accuracy_matrix",
+/// "task_il_accuracy_matrix"}]}` (`task_il_acc` and `task_il_accuracy_matrix`: the task-IL
+/// view, `null` except for class-incremental runs); fractions for the metrics, seconds,
 /// MiB and thousands of parameters for the rest; `std` is the sample standard deviation over
 /// seeds (`null` for one seed). `sweep.csv`: one row per cell, the axis values and
 /// `<metric>_mean`, `<metric>_std` columns.

@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Keys of `[sweep]` that are not axes.
-const RESERVED: [&str; 7] = ["name", "base", "configs", "seeds", "set", "out", "slurm"];
+const RESERVED: [&str; 8] = [
+    "name", "base", "configs", "seeds", "set", "out", "slurm", "variants",
+];
 
 /// The top-level keys of an experiment config: the first segment of every axis and `set` key.
 const SECTIONS: [&str; 9] = [
@@ -59,9 +61,11 @@ type CellDraft = (
 /// A value of an axis, as written in the sweep file.
 #[derive(Clone, Debug)]
 pub struct AxisValue {
-    /// The value as TOML text (what the run's `--set KEY=VALUE` override carries).
-    pub toml: String,
-    /// The value as JSON (for `grid.json` and the report).
+    /// The overrides this value sets, as `engram run --set KEY=VALUE` takes them, each with the
+    /// byte offset of its value in the sweep file: one for a value of a config key's axis;
+    /// one per key of the bundle for a variant (`[sweep.variants.<axis>]`), none for `{}`.
+    pub sets: Vec<(String, usize)>,
+    /// The value as JSON (for `grid.json` and the report): a variant's name.
     pub json: serde_json::Value,
     /// Its part of a run's name: `200`, `herding`, `400x400`.
     pub label: String,
@@ -69,10 +73,11 @@ pub struct AxisValue {
     pub offset: usize,
 }
 
-/// One varied key.
+/// One varied key, or one set of named variants.
 #[derive(Clone, Debug)]
 pub struct Axis {
-    /// The `--set` path, e.g. `forgetting.1.capacity`.
+    /// The `--set` path, e.g. `forgetting.1.capacity`; for variants, the axis's own name
+    /// (`stream` for `[sweep.variants.stream]`).
     pub key: String,
     /// Its part of a run's name: the last path segment (`capacity`), or the whole path when
     /// two axes share a last segment.
@@ -467,7 +472,7 @@ impl Sweep {
                         ));
                     }
                     values.push(AxisValue {
-                        toml: toml_text(v),
+                        sets: vec![(format!("{key}={}", toml_text(v)), vo)],
                         label: label_of(&json),
                         json,
                         offset: vo,
@@ -476,6 +481,95 @@ impl Sweep {
                 axes.push(Axis {
                     label: key.rsplit('.').next().unwrap_or(&key).to_string(),
                     key,
+                    values,
+                });
+            }
+        }
+        // [sweep.variants.<axis>]: name = { "config.path" = value, ... }, one axis value per
+        // name, each setting its whole bundle (a stream: its scenario, tasks and size at once).
+        if let Some(item) = sweep.get("variants") {
+            let t = item.as_table_like().ok_or_else(|| {
+                at(
+                    off(item),
+                    "`variants` must be a table of variant axes".into(),
+                    Some("write [sweep.variants.stream] with one line per variant: short = { \"data.subsample\" = 1600 }"),
+                )
+            })?;
+            for (axis, vitem) in t.iter() {
+                let aoff = t
+                    .key(axis)
+                    .and_then(toml_edit::Key::span)
+                    .map_or(off(vitem), |s| s.start);
+                if axes.iter().any(|a: &Axis| a.key == axis)
+                    || SECTIONS.contains(&axis)
+                    || axis == "config"
+                {
+                    return Err(at(
+                        aoff,
+                        format!(
+                            "variant axis `{axis}` has the name of another axis or of a config section"
+                        ),
+                        Some("name it after what it varies, e.g. `stream`"),
+                    ));
+                }
+                let vt = vitem.as_table_like().filter(|v| !v.is_empty()).ok_or_else(|| {
+                    at(
+                        aoff,
+                        format!("variant axis `{axis}` must be a non-empty table of named variants"),
+                        Some("write short = { \"data.subsample\" = 1600 } under it, one line per variant"),
+                    )
+                })?;
+                let mut values = Vec::new();
+                for (name, bundle) in vt.iter() {
+                    let noff = vt
+                        .key(name)
+                        .and_then(toml_edit::Key::span)
+                        .map_or(aoff, |s| s.start);
+                    let b = bundle.as_table_like().ok_or_else(|| {
+                        at(
+                            noff,
+                            format!("variant `{axis}.{name}` must be a table of overrides"),
+                            Some("write name = { \"data.tasks\" = 10 }, or name = {} for the config as it is"),
+                        )
+                    })?;
+                    let mut leaves = Vec::new();
+                    flatten(b, String::new(), &mut leaves);
+                    let mut sets = Vec::new();
+                    for (k, v) in leaves {
+                        let o = v.span().map_or(noff, |s| s.start);
+                        check_key(&k, o)?;
+                        if fixed
+                            .iter()
+                            .any(|(f, _)| f.split_once('=').is_some_and(|(fk, _)| fk == k))
+                        {
+                            return Err(at(
+                                o,
+                                format!(
+                                    "`{k}` is both set by variant `{axis}.{name}` and a fixed value in `set`"
+                                ),
+                                Some("keep one of the two"),
+                            ));
+                        }
+                        sets.push((format!("{k}={}", toml_text(&v)), o));
+                    }
+                    let label = sanitize(name);
+                    if values.iter().any(|w: &AxisValue| w.label == label) {
+                        return Err(at(
+                            noff,
+                            format!("variant axis `{axis}`: two variants are named `{label}`"),
+                            None,
+                        ));
+                    }
+                    values.push(AxisValue {
+                        sets,
+                        json: name.into(),
+                        label,
+                        offset: noff,
+                    });
+                }
+                axes.push(Axis {
+                    key: axis.to_string(),
+                    label: axis.to_string(),
                     values,
                 });
             }
@@ -616,7 +710,7 @@ impl Sweep {
                         let mut p = parts.clone();
                         p.push(format!("{}-{}", sanitize(&axis.label), v.label));
                         let mut s = sets.clone();
-                        s.push(format!("{}={}", axis.key, v.toml));
+                        s.extend(v.sets.iter().map(|(set, _)| set.clone()));
                         let mut a = axes.clone();
                         a.insert(axis.key.clone(), v.json.clone());
                         next.push((p, s, a));
@@ -705,11 +799,7 @@ impl Sweep {
         let from_sweep = self
             .axes
             .iter()
-            .flat_map(|a| {
-                a.values
-                    .iter()
-                    .map(move |v| (format!("{}={}", a.key, v.toml), v.offset))
-            })
+            .flat_map(|a| a.values.iter().flat_map(|v| v.sets.iter().cloned()))
             .chain(self.fixed.iter().cloned())
             .find(|(set, _)| run.sets.contains(set) && mentions(&text, set));
         let (message, hint) = match &e {
@@ -975,6 +1065,58 @@ mod tests {
 
     fn parse(text: &str) -> Result<Sweep> {
         Sweep::parse(Path::new("/s/sweep.toml"), text.to_string())
+    }
+
+    #[test]
+    fn variants_set_their_whole_bundle_and_name_the_cell() {
+        let s = parse(
+            "[sweep]\nconfigs = [\"a.toml\", \"b.toml\"]\nseeds = [0]\n\"optimizer.lr\" = [0.1]\n\
+             [sweep.variants.stream]\nsplit = {}\nperm = { \"data.scenario\" = \"domain-incremental\", \"data.tasks\" = 10 }\n",
+        )
+        .unwrap();
+        let g = s.grid();
+        assert_eq!(g.len(), 2 * 2);
+        assert_eq!(g[0].name, "a_lr-0.1_stream-split/seed-0");
+        assert_eq!(g[0].sets, ["optimizer.lr=0.1", "run.seed=0"]);
+        assert_eq!(g[1].name, "a_lr-0.1_stream-perm/seed-0");
+        assert_eq!(
+            g[1].sets,
+            [
+                "optimizer.lr=0.1",
+                "data.scenario=\"domain-incremental\"",
+                "data.tasks=10",
+                "run.seed=0"
+            ]
+        );
+        assert_eq!(g[1].axes["stream"], "perm");
+        assert_eq!(s.axis_keys(), ["config", "optimizer.lr", "stream"]);
+        // Mistakes are positioned.
+        for (text, want) in [
+            (
+                "[sweep]\nbase = \"a.toml\"\n[sweep.variants.stream]\nx = 3\n",
+                "must be a table of overrides",
+            ),
+            (
+                "[sweep]\nbase = \"a.toml\"\n[sweep.variants]\nstream = {}\n",
+                "non-empty table of named variants",
+            ),
+            (
+                "[sweep]\nbase = \"a.toml\"\n[sweep.variants.stream]\nx = { \"dta.tasks\" = 2 }\n",
+                "neither a key of [sweep] nor a section",
+            ),
+            (
+                "[sweep]\nbase = \"a.toml\"\nset = { \"data.tasks\" = 2 }\n[sweep.variants.stream]\nx = { \"data.tasks\" = 3 }\n",
+                "both set by variant `stream.x`",
+            ),
+            (
+                "[sweep]\nbase = \"a.toml\"\n[sweep.variants.data]\nx = {}\n",
+                "name of another axis or of a config section",
+            ),
+        ] {
+            let e = parse(text).err().unwrap();
+            assert!(e.to_string().contains(want), "{text}: {e}");
+            assert!(matches!(e, Error::Config { .. }), "{e}");
+        }
     }
 
     #[test]

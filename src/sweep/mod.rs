@@ -28,5 +28,6 @@ pub mod exec;
 pub mod grid;
 pub mod local;
 pub mod slurm;
+pub mod suite;
 
 pub use grid::{GridRun, Manifest, Sweep};

@@ -13,6 +13,7 @@ mod fuzz;
 mod memory;
 mod outdir;
 mod plugins;
+mod recipes;
 mod registry;
 mod report;
 mod resume;

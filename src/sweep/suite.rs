@@ -1,0 +1,286 @@
+//! `engram bench suite`: the benchmark suite's tables, from a sweep's `sweep.json`.
+//!
+//! The suite is an ordinary sweep (`bench/suite.toml`: configs × `[sweep.variants.stream]` ×
+//! seeds); this module turns its `sweep.json` into one Markdown table per stream (mean ± sd
+//! over seeds of ACC, BWT, forgetting, retention, the task-IL view's ACC, time and peak
+//! memory, one row per config) and a table of the recipe goals on every stream:
+//!
+//! - the shipped replay recipe's ACC against plain replay at the same memory;
+//! - plasticity: right after training on task `t`, the recipe's accuracy on `t` against naive
+//!   fine-tuning's, in the task-IL view (logits restricted to `t`'s classes; the accuracy
+//!   matrix itself where a stream has no class-IL head to restrict, task- and
+//!   domain-incremental): the worst gap over tasks and seeds, naive's minus the recipe's.
+//!
+//! The roles are the configs' file stems: [`RECIPE`], [`PLAIN_REPLAY`], [`NAIVE`]. The same
+//! function renders the book's tables from the committed `sweep.json` of the last full run, and
+//! a test holds the committed Markdown to it.
+
+use crate::report::Stat;
+use std::fmt::Write as _;
+
+/// The config stem of the shipped replay recipe.
+pub const RECIPE: &str = "split-fmnist-replay";
+/// The config stem of plain replay at the recipe's memory.
+pub const PLAIN_REPLAY: &str = "replay-plain";
+/// The config stem of naive fine-tuning.
+pub const NAIVE: &str = "split-fmnist";
+/// The variant axis that names the streams.
+pub const STREAM: &str = "stream";
+
+/// The columns of a stream's table: `sweep.json` metric, header, decimals.
+const COLUMNS: [(&str, &str, usize); 7] = [
+    ("acc", "ACC", 4),
+    ("bwt", "BWT", 4),
+    ("forgetting", "forgetting", 4),
+    ("retention", "retention", 4),
+    ("task_il_acc", "task-IL ACC", 4),
+    ("time_s", "time (s)", 1),
+    ("peak_mib", "peak MiB", 1),
+];
+
+fn text<'a>(v: &'a serde_json::Value, k: &str) -> &'a str {
+    v.get(k).and_then(serde_json::Value::as_str).unwrap_or("")
+}
+
+/// Each run's diagonal `[tasks]`: accuracy on task `t` right after training on it, in the
+/// task-IL view where the run has one, else its accuracy matrix's.
+fn diagonal(run: &serde_json::Value) -> Option<Vec<f64>> {
+    let m = run
+        .get("task_il_accuracy_matrix")
+        .filter(|m| !m.is_null())
+        .or_else(|| run.get("accuracy_matrix"))?
+        .as_array()?;
+    m.iter()
+        .enumerate()
+        .map(|(t, row)| row.get(t)?.as_f64())
+        .collect()
+}
+
+/// The streams of a suite's `sweep.json`, in grid order.
+pub fn streams(sweep: &serde_json::Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in sweep["cells"].as_array().into_iter().flatten() {
+        let s = text(&c["axes"], STREAM).to_string();
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// One stream's goal figures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Goal {
+    /// The stream.
+    pub stream: String,
+    /// The recipe's ACC, mean over seeds.
+    pub recipe_acc: Option<f64>,
+    /// Plain replay's ACC, mean over seeds.
+    pub plain_acc: Option<f64>,
+    /// The worst gap naive − recipe over tasks and seeds (same seed, same task), with the task
+    /// and seed; `None` when either has no finished run.
+    pub worst_gap: Option<(f64, usize, u64)>,
+}
+
+impl Goal {
+    /// Both goals hold: the recipe at least plain replay, every new task within `0.05` of naive.
+    pub fn holds(&self) -> bool {
+        matches!((self.recipe_acc, self.plain_acc), (Some(r), Some(p)) if r >= p)
+            && self.worst_gap.is_some_and(|(g, _, _)| g <= 0.05)
+    }
+}
+
+/// The goal figures of every stream of a suite's `sweep.json`.
+pub fn goals(sweep: &serde_json::Value) -> Vec<Goal> {
+    let runs: Vec<&serde_json::Value> = sweep["runs"].as_array().into_iter().flatten().collect();
+    let cell_of =
+        |stream: &str, config: &str| {
+            sweep["cells"].as_array().into_iter().flatten().find(|c| {
+                text(&c["axes"], STREAM) == stream && text(&c["axes"], "config") == config
+            })
+        };
+    let acc = |stream: &str, config: &str| {
+        cell_of(stream, config).and_then(|c| Stat::from_aggregate(&c["metrics"]["acc"]))
+    };
+    let run = |stream: &str, config: &str, seed: u64| {
+        let cell = cell_of(stream, config)?;
+        let name = text(cell, "cell");
+        runs.iter()
+            .find(|r| text(r, "cell") == name && r["seed"].as_u64() == Some(seed))
+            .copied()
+    };
+    streams(sweep)
+        .into_iter()
+        .map(|stream| {
+            let mut worst: Option<(f64, usize, u64)> = None;
+            for r in runs.iter().filter(|r| {
+                cell_of(&stream, RECIPE).is_some_and(|c| text(c, "cell") == text(r, "cell"))
+            }) {
+                let Some(seed) = r["seed"].as_u64() else {
+                    continue;
+                };
+                let (Some(mine), Some(base)) =
+                    (diagonal(r), run(&stream, NAIVE, seed).and_then(diagonal))
+                else {
+                    continue;
+                };
+                for (t, (m, b)) in mine.iter().zip(&base).enumerate() {
+                    let gap = b - m;
+                    if worst.is_none_or(|(w, _, _)| gap > w) {
+                        worst = Some((gap, t, seed));
+                    }
+                }
+            }
+            Goal {
+                recipe_acc: acc(&stream, RECIPE).map(|s| s.mean),
+                plain_acc: acc(&stream, PLAIN_REPLAY).map(|s| s.mean),
+                worst_gap: worst,
+                stream,
+            }
+        })
+        .collect()
+}
+
+/// One stream's table as Markdown: a `###` heading, then one row per config. Cells read
+/// `mean ± sd` over seeds (`mean` alone for one seed, `–` where a metric is undefined); a cell
+/// with unfinished runs says how many finished.
+pub fn stream_table(sweep: &serde_json::Value, stream: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "### {stream}\n");
+    let mut head = String::from("| config | seeds |");
+    let mut rule = String::from("|---|---:|");
+    for (_, h, _) in COLUMNS {
+        let _ = write!(head, " {h} |");
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(s, "{head}\n{rule}");
+    for c in sweep["cells"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| text(&c["axes"], STREAM) == stream)
+    {
+        let done = c["runs"].as_array().map_or(0, Vec::len);
+        let left = c["unfinished"].as_array().map_or(0, Vec::len);
+        let seeds = if left > 0 {
+            format!("{done} of {}", done + left)
+        } else {
+            done.to_string()
+        };
+        let mut line = format!("| {} | {seeds} |", text(&c["axes"], "config"));
+        for (k, _, d) in COLUMNS {
+            let v = Stat::from_aggregate(&c["metrics"][k]).map_or("–".into(), |st| st.format(d));
+            let _ = write!(line, " {v} |");
+        }
+        let _ = writeln!(s, "{line}");
+    }
+    s
+}
+
+/// The goals of every stream as a Markdown table (with its `###` heading).
+pub fn goals_table(sweep: &serde_json::Value) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "### Goals on every stream\n");
+    let _ = writeln!(
+        s,
+        "| stream | `{RECIPE}` ACC | `{PLAIN_REPLAY}` ACC | recipe ≥ plain | worst new task vs naive | holds |\n|---|---:|---:|---|---:|---|"
+    );
+    let f = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.4}"));
+    for g in goals(sweep) {
+        let ge = match (g.recipe_acc, g.plain_acc) {
+            (Some(r), Some(p)) if r >= p => "yes",
+            (Some(_), Some(_)) => "no",
+            _ => "–",
+        };
+        let gap = g.worst_gap.map_or("–".into(), |(v, t, seed)| {
+            format!("{v:+.3} (task {t}, seed {seed})")
+        });
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {ge} | {gap} | {} |",
+            g.stream,
+            f(g.recipe_acc),
+            f(g.plain_acc),
+            if g.holds() { "yes" } else { "no" }
+        );
+    }
+    s
+}
+
+/// The suite's tables as Markdown: [`stream_table`] for every stream, then [`goals_table`].
+pub fn markdown(sweep: &serde_json::Value) -> String {
+    let mut s = String::new();
+    for stream in streams(sweep) {
+        s.push_str(&stream_table(sweep, &stream));
+        s.push('\n');
+    }
+    s.push_str(&goals_table(sweep));
+    s
+}
+
+/// The README's excerpt: the `split` stream's table (the first stream when there is none of
+/// that name) and the goals table.
+pub fn readme_excerpt(sweep: &serde_json::Value) -> String {
+    let all = streams(sweep);
+    let first = all
+        .iter()
+        .find(|s| *s == "split")
+        .or(all.first())
+        .cloned()
+        .unwrap_or_default();
+    format!("{}\n{}", stream_table(sweep, &first), goals_table(sweep))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(cell: &str, seed: u64, diag: [f64; 2]) -> serde_json::Value {
+        serde_json::json!({
+            "cell": cell, "seed": seed,
+            "accuracy_matrix": [[diag[0]], [0.5, diag[1]]],
+            "task_il_accuracy_matrix": null,
+        })
+    }
+
+    #[test]
+    fn goals_and_tables_by_hand() {
+        let cell = |name: &str, config: &str, acc: f64| {
+            serde_json::json!({
+                "cell": name, "axes": {"config": config, "stream": "s"},
+                "runs": [format!("{name}/seed-0"), format!("{name}/seed-1")], "unfinished": [],
+                "metrics": {"acc": {"mean": acc, "std": 0.01}, "time_s": {"mean": 2.0, "std": null}},
+            })
+        };
+        let sweep = serde_json::json!({
+            "cells": [cell("a", RECIPE, 0.8), cell("b", PLAIN_REPLAY, 0.75), cell("c", NAIVE, 0.2)],
+            "runs": [
+                run("a", 0, [0.90, 0.80]), run("a", 1, [0.95, 0.97]),
+                run("c", 0, [0.99, 0.90]), run("c", 1, [0.96, 0.97]),
+            ],
+        });
+        let g = goals(&sweep);
+        assert_eq!(g.len(), 1);
+        assert_eq!((g[0].recipe_acc, g[0].plain_acc), (Some(0.8), Some(0.75)));
+        // Gaps: seed 0: 0.09, 0.10; seed 1: 0.01, 0.00. The worst is task 1 of seed 0.
+        let (gap, t, seed) = g[0].worst_gap.unwrap();
+        assert!(
+            (gap - 0.10).abs() < 1e-12 && t == 1 && seed == 0,
+            "{:?}",
+            g[0]
+        );
+        assert!(!g[0].holds());
+        let md = markdown(&sweep);
+        assert!(md.contains("### s\n"), "{md}");
+        assert!(
+            md.contains(&format!(
+                "| {RECIPE} | 2 | 0.8000 ± 0.0100 | – | – | – | – | 2.0 | – |"
+            )),
+            "{md}"
+        );
+        assert!(
+            md.contains("| s | 0.8000 | 0.7500 | yes | +0.100 (task 1, seed 0) | no |"),
+            "{md}"
+        );
+    }
+}
