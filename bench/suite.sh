@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -q
-target/release/engram bench suite --out runs/suite -q "$@"
+# A diverged run (naive fine-tuning at lr 0.05 on some seeds) fails the command but not the
+# tables: its cell counts the seeds that finished.
+target/release/engram bench suite --out runs/suite -q "$@" || echo "bench/suite.sh: some runs failed; the tables count each cell's finished seeds"
 python3 -c "
 import json, os
 j = json.load(open('runs/suite/sweep.json'))

@@ -197,14 +197,10 @@ impl ForgettingStrategy for Agem {
     }
 
     fn state(&self) -> Result<StrategyState> {
-        Ok(StrategyState {
-            meta: serde_json::json!({
-                "memory": self.memory.to_json(),
-                "projected_steps": self.projected.0,
-                "reference_steps": self.projected.1,
-            }),
-            tensors: Default::default(),
-        })
+        let mut st = self.memory.to_state();
+        st.meta["projected_steps"] = self.projected.0.into();
+        st.meta["reference_steps"] = self.projected.1.into();
+        Ok(st)
     }
 
     fn load_state(
@@ -212,7 +208,7 @@ impl ForgettingStrategy for Agem {
         state: StrategyState,
         _device: &engram_core::burn::tensor::Device,
     ) -> Result<()> {
-        self.memory = Reservoir::from_json("agem", &state.meta["memory"])?;
+        self.memory = Reservoir::from_state("agem", &state)?;
         self.projected = (
             state.meta["projected_steps"].as_u64().unwrap_or(0),
             state.meta["reference_steps"].as_u64().unwrap_or(0),
@@ -235,7 +231,7 @@ mod tests {
     use super::*;
     use crate::test_util::{toy_model, toy_stream};
     use engram_core::burn::tensor::{Device, Tensor};
-    use engram_core::strategy::{Controls, Position, TaskInfo};
+    use engram_core::strategy::Position;
 
     fn values(model: &Model, g: &GradientsParams) -> Vec<f64> {
         model
@@ -263,21 +259,10 @@ mod tests {
             None,
         )
         .unwrap();
-        let info = TaskInfo {
-            index: 0,
-            num_tasks: 5,
-            classes: stream.tasks[0].classes.clone(),
-            train_samples: stream.tasks[0].train.len(),
-            joint: false,
-        };
-        s.after_task(&mut TaskContext {
-            model: &mut model,
-            device: &device,
-            task: &info,
-            stream: &stream,
-            seed: 0,
-            final_train_loss: 0.0,
-        })
+        let info = crate::test_util::task_info(&stream, 0);
+        s.after_task(&mut crate::test_util::task_cx(
+            &mut model, &device, &info, &stream,
+        ))
         .unwrap();
         assert_eq!(s.memory.len(), 40);
         assert!(s.memory.slots.iter().all(|m| m.class < 2));
@@ -286,19 +271,8 @@ mod tests {
             global_step: 9,
             ..Position::default()
         };
-        let controls = Controls {
-            lr: 0.1,
-            reg_scale: 1.0,
-            replay_ratio: None,
-            replay_delta: 0.0,
-        };
-        let cx = BatchContext {
-            position: &position,
-            controls: &controls,
-            stream: &stream,
-            device: &device,
-            seed: 0,
-        };
+        let controls = crate::test_util::controls();
+        let cx = crate::test_util::batch_cx(&position, &controls, &stream, &device);
         // g_ref by hand: the same draw, the memory batch's mean cross-entropy.
         let mut r = rng::stream(0, "agem-draw", 1, 9);
         let refs: Vec<SampleRef> = s

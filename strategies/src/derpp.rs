@@ -191,10 +191,7 @@ impl ForgettingStrategy for Derpp {
     }
 
     fn state(&self) -> Result<StrategyState> {
-        Ok(StrategyState {
-            meta: serde_json::json!({ "memory": self.memory.to_json() }),
-            tensors: Default::default(),
-        })
+        Ok(self.memory.to_state())
     }
 
     fn load_state(
@@ -202,7 +199,7 @@ impl ForgettingStrategy for Derpp {
         state: StrategyState,
         _device: &engram_core::burn::tensor::Device,
     ) -> Result<()> {
-        self.memory = Reservoir::from_json("derpp", &state.meta["memory"])?;
+        self.memory = Reservoir::from_state("derpp", &state)?;
         self.targets = None;
         Ok(())
     }
@@ -223,7 +220,7 @@ mod tests {
     use crate::test_util::{toy_model, toy_stream};
     use engram_core::burn::tensor::Device;
     use engram_core::model::ForwardCtx;
-    use engram_core::strategy::{Controls, LossFn, Position};
+    use engram_core::strategy::{LossFn, Position};
     use engram_core::train::trainer::TrainLoss;
 
     fn ce(z: &[f64], y: usize) -> f64 {
@@ -275,19 +272,8 @@ mod tests {
         for (i, slot) in s.memory.slots.iter().enumerate() {
             assert_eq!(slot.logits, direct[i * 10..(i + 1) * 10].to_vec());
         }
-        let controls = Controls {
-            lr: 0.1,
-            reg_scale: 1.0,
-            replay_ratio: None,
-            replay_delta: 0.0,
-        };
-        let cx = BatchContext {
-            position: &position,
-            controls: &controls,
-            stream: &stream,
-            device: &device,
-            seed: 0,
-        };
+        let controls = crate::test_util::controls();
+        let cx = crate::test_util::batch_cx(&position, &controls, &stream, &device);
         // Two incoming rows: B_a and B_b have two rows each.
         let b = s
             .prepare_batch(

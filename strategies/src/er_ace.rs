@@ -171,10 +171,7 @@ impl ForgettingStrategy for ErAce {
     }
 
     fn state(&self) -> Result<StrategyState> {
-        Ok(StrategyState {
-            meta: serde_json::json!({ "memory": self.memory.to_json() }),
-            tensors: Default::default(),
-        })
+        Ok(self.memory.to_state())
     }
 
     fn load_state(
@@ -182,7 +179,7 @@ impl ForgettingStrategy for ErAce {
         state: StrategyState,
         _device: &engram_core::burn::tensor::Device,
     ) -> Result<()> {
-        self.memory = Reservoir::from_json("er-ace", &state.meta["memory"])?;
+        self.memory = Reservoir::from_state("er-ace", &state)?;
         Ok(())
     }
 }
@@ -201,7 +198,7 @@ mod tests {
     use super::*;
     use crate::test_util::toy_stream;
     use engram_core::burn::tensor::Device;
-    use engram_core::strategy::{Controls, LossFn, Position};
+    use engram_core::strategy::{LossFn, Position};
     use engram_core::train::trainer::TrainLoss;
 
     /// `-ln softmax(z)[y]` over the classes `keep`, in f64.
@@ -241,19 +238,8 @@ mod tests {
         s.after_step(&step).unwrap();
         assert_eq!(s.memory.len(), 4);
         // Two incoming task-1 rows: m = 2 memory rows join them.
-        let controls = Controls {
-            lr: 0.1,
-            reg_scale: 1.0,
-            replay_ratio: None,
-            replay_delta: 0.0,
-        };
-        let cx = BatchContext {
-            position: &position,
-            controls: &controls,
-            stream: &stream,
-            device: &device,
-            seed: 0,
-        };
+        let controls = crate::test_util::controls();
+        let cx = crate::test_util::batch_cx(&position, &controls, &stream, &device);
         let refs1: Vec<SampleRef> = stream.epoch_order(1, 0, 0)[..2].to_vec();
         let b = s
             .prepare_batch(stream.batch(&refs1, Part::Train, 1, &device), &cx)

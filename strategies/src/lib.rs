@@ -97,6 +97,60 @@ pub(crate) mod test_util {
         Stream::build(Arc::new(ds), &cfg, 0).unwrap()
     }
 
+    /// A step's knobs as configured (lr 0.1, no scheduler).
+    pub(crate) fn controls() -> engram_core::strategy::Controls {
+        engram_core::strategy::Controls {
+            lr: 0.1,
+            reg_scale: 1.0,
+            replay_ratio: None,
+            replay_delta: 0.0,
+        }
+    }
+
+    /// The batch context of a step at `position` (run seed 0).
+    pub(crate) fn batch_cx<'a>(
+        position: &'a engram_core::strategy::Position,
+        controls: &'a engram_core::strategy::Controls,
+        stream: &'a Stream,
+        device: &'a Device,
+    ) -> engram_core::strategy::BatchContext<'a> {
+        engram_core::strategy::BatchContext {
+            position,
+            controls,
+            stream,
+            device,
+            seed: 0,
+        }
+    }
+
+    /// What the trainer knows about task `t` of `stream`.
+    pub(crate) fn task_info(stream: &Stream, t: usize) -> engram_core::strategy::TaskInfo {
+        engram_core::strategy::TaskInfo {
+            index: t,
+            num_tasks: stream.tasks.len(),
+            classes: stream.tasks[t].classes.clone(),
+            train_samples: stream.tasks[t].train.len(),
+            joint: false,
+        }
+    }
+
+    /// The task context of `task` on `model` (run seed 0).
+    pub(crate) fn task_cx<'a>(
+        model: &'a mut Model,
+        device: &'a Device,
+        task: &'a engram_core::strategy::TaskInfo,
+        stream: &'a Stream,
+    ) -> engram_core::strategy::TaskContext<'a> {
+        engram_core::strategy::TaskContext {
+            model,
+            device,
+            task,
+            stream,
+            seed: 0,
+            final_train_loss: 0.0,
+        }
+    }
+
     /// A 4-6-10 tanh MLP for the toy stream.
     pub(crate) fn toy_model(device: &Device) -> Model {
         use engram_core::model::mlp::{ActivationKind, build_mlp};

@@ -235,7 +235,6 @@ mod tests {
     use super::*;
     use crate::test_util::{toy_model, toy_stream};
     use engram_core::burn::tensor::Device;
-    use engram_core::strategy::TaskInfo;
 
     #[test]
     fn records_the_previous_model_and_the_term_is_the_softened_cross_entropy_by_hand() {
@@ -250,21 +249,10 @@ mod tests {
             None,
         )
         .unwrap();
-        let info = TaskInfo {
-            index: 2,
-            num_tasks: 5,
-            classes: stream.tasks[2].classes.clone(),
-            train_samples: stream.tasks[2].train.len(),
-            joint: false,
-        };
-        s.before_task(&mut TaskContext {
-            model: &mut model,
-            device: &device,
-            task: &info,
-            stream: &stream,
-            seed: 0,
-            final_train_loss: 0.0,
-        })
+        let info = crate::test_util::task_info(&stream, 2);
+        s.before_task(&mut crate::test_util::task_cx(
+            &mut model, &device, &info, &stream,
+        ))
         .unwrap();
         // Tasks 0 and 1 came before: classes 0-3 are distilled.
         assert_eq!(s.recorded.old, vec![0, 1, 2, 3]);
@@ -317,15 +305,10 @@ mod tests {
         back.load_state(s.state().unwrap(), &device).unwrap();
         assert_eq!(back.recorded, s.recorded);
         // The first task distills nothing.
-        let first = TaskInfo { index: 0, ..info };
-        s.before_task(&mut TaskContext {
-            model: &mut model,
-            device: &device,
-            task: &first,
-            stream: &stream,
-            seed: 0,
-            final_train_loss: 0.0,
-        })
+        let first = crate::test_util::task_info(&stream, 0);
+        s.before_task(&mut crate::test_util::task_cx(
+            &mut model, &device, &first, &stream,
+        ))
         .unwrap();
         assert!(s.logit_penalty(&logits, &b).is_none());
         assert!(

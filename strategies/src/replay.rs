@@ -1198,7 +1198,7 @@ mod tests {
     use super::*;
     use crate::test_util::{toy_model, toy_stream};
     use engram_core::data::stream::Stream;
-    use engram_core::strategy::{Controls, Position};
+    use engram_core::strategy::Position;
 
     fn slots(task: u16, n: usize, classes: &[u8]) -> Vec<Slot> {
         (0..n)
@@ -1485,21 +1485,8 @@ mod tests {
 
     /// `r.after_task` for task `t` of `stream`, on `model`.
     fn end_task(r: &mut Replay, model: &mut Model, stream: &Stream, t: usize, device: &Device) {
-        let info = engram_core::strategy::TaskInfo {
-            index: t,
-            num_tasks: stream.tasks.len(),
-            classes: stream.tasks[t].classes.clone(),
-            train_samples: stream.tasks[t].train.len(),
-            joint: false,
-        };
-        let mut cx = TaskContext {
-            model,
-            device,
-            task: &info,
-            stream,
-            seed: 0,
-            final_train_loss: 0.0,
-        };
+        let info = crate::test_util::task_info(stream, t);
+        let mut cx = crate::test_util::task_cx(model, device, &info, stream);
         r.after_task(&mut cx).unwrap();
     }
 
@@ -1681,19 +1668,8 @@ mod tests {
             global_step: 7,
             ..Position::default()
         };
-        let controls = Controls {
-            lr: 0.1,
-            reg_scale: 1.0,
-            replay_ratio: None,
-            replay_delta: 0.0,
-        };
-        let cx = BatchContext {
-            position: &position,
-            controls: &controls,
-            stream: &stream,
-            device: &device,
-            seed: 0,
-        };
+        let controls = crate::test_util::controls();
+        let cx = crate::test_util::batch_cx(&position, &controls, &stream, &device);
         let refs: Vec<SampleRef> = stream.epoch_order(1, 0, 0)[..8].to_vec();
         // Empty memory on the first task: the batch is unchanged.
         let b = r

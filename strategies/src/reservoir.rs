@@ -12,6 +12,7 @@
 use engram_core::burn::tensor::{Device, Int, Tensor, TensorData};
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, SampleRef};
+use engram_core::strategy::StrategyState;
 use engram_core::{Error, Result, rng};
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
@@ -86,17 +87,21 @@ impl Reservoir {
         order
     }
 
-    /// The saved form of the memory, for a strategy's [`engram_core::strategy::StrategyState`].
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or_default()
+    /// A strategy's checkpoint state holding this memory (`meta.memory`); a strategy adds its
+    /// own keys to `meta`.
+    pub fn to_state(&self) -> StrategyState {
+        StrategyState {
+            meta: serde_json::json!({ "memory": serde_json::to_value(self).unwrap_or_default() }),
+            tensors: Default::default(),
+        }
     }
 
-    /// Restores a memory saved by [`Reservoir::to_json`].
+    /// The memory of a state written by [`Reservoir::to_state`].
     ///
     /// # Errors
     /// A malformed saved state, as [`Error::Strategy`] of `strategy`.
-    pub fn from_json(strategy: &str, v: &serde_json::Value) -> Result<Self> {
-        serde_json::from_value(v.clone()).map_err(|e| Error::Strategy {
+    pub fn from_state(strategy: &str, state: &StrategyState) -> Result<Self> {
+        serde_json::from_value(state.meta["memory"].clone()).map_err(|e| Error::Strategy {
             strategy: strategy.into(),
             message: format!("saved memory: {e}"),
         })
@@ -219,8 +224,12 @@ mod tests {
         d.dedup();
         assert_eq!(d.len(), 3);
         assert_eq!(m.draw(9, &mut r).len(), 5);
-        let back = Reservoir::from_json("x", &m.to_json()).unwrap();
+        let back = Reservoir::from_state("x", &m.to_state()).unwrap();
         assert_eq!(back, m);
-        assert!(Reservoir::from_json("x", &serde_json::json!({"capacity": "a"})).is_err());
+        let bad = StrategyState {
+            meta: serde_json::json!({"memory": {"capacity": "a"}}),
+            tensors: Default::default(),
+        };
+        assert!(Reservoir::from_state("x", &bad).is_err());
     }
 }
