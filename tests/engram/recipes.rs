@@ -160,3 +160,19 @@ fn the_pins_are_the_suite_s_seed_0_figures() {
         assert!((acc - pin).abs() < 5e-5, "{cell}: {acc} vs the pin {pin}");
     }
 }
+
+/// Both suite files expand and every run's config checks (keys, strategies, data), as
+/// `engram sweep validate` does, so the suite cannot rot between its (long) runs.
+#[test]
+fn the_suite_files_validate() {
+    for (file, runs) in [("bench/suite.toml", 165), ("bench/suite-quick.toml", 44)] {
+        let (code, msg) = run(&[
+            "sweep",
+            "validate",
+            root().join(file).to_str().unwrap(),
+            "-q",
+        ]);
+        assert_eq!(code, 0, "{file}: {msg}");
+        assert!(msg.contains(&format!("ok ({runs} runs")), "{file}: {msg}");
+    }
+}

@@ -345,3 +345,74 @@ fn sweep_errors_are_placed_and_foreign_directories_are_left_alone() {
         "{msg}"
     );
 }
+
+/// `engram bench suite --sweep FILE` on a tiny suite: the roles' configs (naive, plain replay,
+/// the recipe) × two streams (variants) × one seed, run as a sweep; the per-stream tables and
+/// the goals come out on stdout and in DIR/suite.md, each goal computed from the runs' own
+/// report.json; a sweep file without streams is a usage error.
+#[test]
+fn bench_suite_runs_configs_by_streams_and_prints_each_stream_s_table() {
+    use engram::sweep::suite::{NAIVE, PLAIN_REPLAY, RECIPE};
+    let d = tempfile::tempdir().unwrap();
+    let replay = "[[forgetting]]\ntype = \"replay\"\ncapacity = 100\nratio = 1.0\n";
+    small_config(d.path(), &format!("{NAIVE}.toml"), "");
+    small_config(d.path(), &format!("{PLAIN_REPLAY}.toml"), replay);
+    small_config(
+        d.path(),
+        &format!("{RECIPE}.toml"),
+        &format!("{replay}distill = 0.5\n"),
+    );
+    let suite = d.path().join("suite.toml");
+    std::fs::write(
+        &suite,
+        format!(
+            "[sweep]\nconfigs = [\"{NAIVE}.toml\", \"{PLAIN_REPLAY}.toml\", \"{RECIPE}.toml\"]\nseeds = [0]\n\
+             [sweep.variants.stream]\nplain = {{}}\nsmall = {{ \"data.subsample\" = 300 }}\n"
+        ),
+    )
+    .unwrap();
+    let out = d.path().join("o");
+    let (code, msg) = run(&[
+        "bench",
+        "suite",
+        "--sweep",
+        suite.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--jobs",
+        "2",
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    for want in ["### plain\n", "### small\n", "### Goals on every stream"] {
+        assert!(msg.contains(want), "{want}: {msg}");
+    }
+    let md = std::fs::read_to_string(out.join("suite.md")).unwrap();
+    assert!(msg.contains(&md), "the printed tables are suite.md");
+    // The goal line of `small` holds the recipe's and plain replay's own ACC.
+    let acc = |config: &str| -> f64 {
+        let r: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(out.join(format!("{config}_stream-small/seed-0/report.json"))).unwrap(),
+        )
+        .unwrap();
+        r["metrics"]["acc"].as_f64().unwrap()
+    };
+    let line = md
+        .lines()
+        .find(|l| l.starts_with("| small |"))
+        .expect("a goal line for the stream `small`");
+    assert!(
+        line.contains(&format!(
+            "| {:.4} | {:.4} |",
+            acc(RECIPE),
+            acc(PLAIN_REPLAY)
+        )),
+        "{line}"
+    );
+    // Without [sweep.variants.stream]: a usage error before anything runs.
+    let plain = d.path().join("plain.toml");
+    std::fs::write(&plain, format!("[sweep]\nbase = \"{NAIVE}.toml\"\n")).unwrap();
+    let (code, msg) = run(&["bench", "suite", "--sweep", plain.to_str().unwrap()]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("has no [sweep.variants.stream]"), "{msg}");
+}
