@@ -19,6 +19,7 @@ pub mod derpp;
 pub mod ema;
 pub mod er_ace;
 pub mod ewc;
+pub mod gdumb;
 pub mod lwf;
 pub mod naive;
 pub mod ncm;
@@ -39,6 +40,7 @@ pub const BUILTINS: &[Registration] = &[
     derpp::REGISTRATION,
     agem::REGISTRATION,
     lwf::REGISTRATION,
+    gdumb::REGISTRATION,
     ema::REGISTRATION,
     checkpoint::REGISTRATION,
     accumulate::REGISTRATION,
