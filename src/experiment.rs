@@ -275,7 +275,9 @@ impl Experiment {
     /// Continues the run in `out` from its last checkpoint (or rewrites the report of a
     /// finished one) with this experiment's registry: the in-memory dataset given to
     /// [`Experiment::dataset`] again, the program's own components. The run's own config
-    /// (`out/config.toml`) says everything else.
+    /// (`out/config.toml`) says everything else. In a program built with engram's `cuda`
+    /// feature, call [`engram_core::device::pin_default_device`] first thing in `main`: without
+    /// it, restoring an optimiser's state starts CUDA even for a CPU run (burn-optim 0.22).
     ///
     /// # Errors
     /// As [`trainer::resume`].
