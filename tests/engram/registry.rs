@@ -40,6 +40,11 @@ fn sources(root: &Path, dirs: &[&str]) -> BTreeMap<PathBuf, String> {
 /// Places that name a built-in for another meaning than the component, with why.
 const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
     (
+        "lr",
+        "strategies/src/gdumb.rs",
+        "GDumb's own key, the learning rate of its training on the memory",
+    ),
+    (
         "standard",
         "src/bench.rs",
         "a row label of `engram bench memory`",
