@@ -6,13 +6,12 @@
 //! momentum 0.9) on synthetic inputs. `bench/throughput_torch.py` runs the identical loop in
 //! plain PyTorch for comparison.
 
-use burn::optim::{SgdConfig, momentum::MomentumConfig};
+use engram_core::Result;
 use engram_core::burn::tensor::{Device, Int, Tensor, TensorData};
 use engram_core::data::stream::{Batch, SampleRef};
 use engram_core::model::mlp::{ActivationKind, build_mlp};
 use engram_core::rng;
 use engram_core::strategy::StepRequest;
-use engram_core::{Result, burn};
 use rand::Rng as _;
 use serde::Serialize;
 use std::time::Instant;
@@ -43,13 +42,7 @@ pub fn throughput(
     let ad = device.clone().autodiff();
     let mut r = rng::stream(0, "bench", 0, 0);
     let mut model = build_mlp(784, &[400, 400], 10, ActivationKind::Relu, 0.0, &mut r, &ad);
-    let mut optim = SgdConfig::new()
-        .with_momentum(Some(MomentumConfig {
-            momentum: 0.9,
-            dampening: 0.0,
-            nesterov: false,
-        }))
-        .init();
+    let mut optim = engram_core::train::trainer::sgd(0.9, None);
     let pool = 16;
     let xs: Vec<f32> = (0..pool * batch * 784)
         .map(|_| r.random_range(-1.0..1.0))

@@ -282,7 +282,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!((b.len(), b.new_samples), (6, 2));
-        let y: Vec<usize> = reservoir::labels(&b).iter().map(|&v| v as usize).collect();
+        let y: Vec<usize> = b.labels().iter().map(|&v| v as usize).collect();
         let stored_of = |row: usize| -> Vec<f64> {
             let slot = s
                 .memory

@@ -146,7 +146,7 @@ impl ForgettingStrategy for ErAce {
         if n == 0 {
             return None;
         }
-        let y = reservoir::labels(batch);
+        let y = batch.labels();
         let c = logits.dims()[1];
         let mask = batch
             .logit_mask
@@ -245,7 +245,7 @@ mod tests {
             .prepare_batch(stream.batch(&refs1, Part::Train, 1, &device), &cx)
             .unwrap();
         assert_eq!((b.len(), b.new_samples), (4, 2));
-        let y: Vec<usize> = reservoir::labels(&b).iter().map(|&v| v as usize).collect();
+        let y: Vec<usize> = b.labels().iter().map(|&v| v as usize).collect();
         assert!(y[..2].iter().all(|&c| c == 2 || c == 3), "{y:?}");
         assert!(y[2..].iter().all(|&c| c < 2), "{y:?}");
         // Logits chosen by hand, 10 classes.

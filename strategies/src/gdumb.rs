@@ -14,7 +14,7 @@
 //! trainer's own steps on the stream are discarded at every task's end, so GDumb is a baseline
 //! that asks how much a method gains over its memory alone.
 
-use engram_core::burn::optim::{GradientsParams, SgdConfig, momentum::MomentumConfig};
+use engram_core::burn::optim::GradientsParams;
 use engram_core::burn::tensor::Tensor;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Part, SampleRef};
@@ -127,13 +127,7 @@ impl Gdumb {
     /// Trains `model` from its initial weights on the memory (the dumb learner).
     fn learn(&self, model: Model, cx: &TaskContext<'_>) -> Model {
         let mut model = self.reset(model);
-        let mut optim = SgdConfig::new()
-            .with_momentum(Some(MomentumConfig {
-                momentum: 0.9,
-                dampening: 0.0,
-                nesterov: false,
-            }))
-            .init();
+        let mut optim = engram_core::train::trainer::sgd(0.9, None);
         let per_epoch = self.memory.len().div_ceil(self.p.batch_size);
         let total = (per_epoch * self.p.epochs).max(1);
         let (hi, lo) = (self.p.lr, self.p.lr / 100.0);

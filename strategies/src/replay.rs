@@ -687,13 +687,7 @@ impl ForgettingStrategy for Replay {
             self.targets = Some(Tensor::from_data(TensorData::new(z, [m, c]), cx.device));
         }
         let new_classes: Vec<i64> = if weight.is_none() && self.p.balance == Balance::Class {
-            batch
-                .y
-                .clone()
-                .into_data()
-                .convert::<i64>()
-                .try_to_vec::<i64>()
-                .unwrap_or_default()
+            batch.labels()
         } else {
             Vec::new()
         };
@@ -793,11 +787,7 @@ impl ForgettingStrategy for Replay {
             } else {
                 Vec::new()
             };
-            let labels: Vec<i64> =
-                b.y.into_data()
-                    .convert::<i64>()
-                    .try_to_vec::<i64>()
-                    .unwrap_or_default();
+            let labels = b.labels();
             for (k, sref) in chunk.iter().enumerate() {
                 entropy_sum += f64::from(ent[k]);
                 let score = match self.p.stratify_by {

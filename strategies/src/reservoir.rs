@@ -131,17 +131,6 @@ pub fn require(
     })
 }
 
-/// The labels of `batch` `[batch]`, read back to the host.
-pub fn labels(batch: &Batch) -> Vec<i64> {
-    batch
-        .y
-        .clone()
-        .into_data()
-        .convert::<i64>()
-        .try_to_vec::<i64>()
-        .unwrap_or_default()
-}
-
 /// Row indices `idx` as an index tensor `[idx.len()]` on `device` (for `select`).
 pub fn index(idx: &[usize], device: &Device) -> Tensor<1, Int> {
     let v: Vec<i64> = idx.iter().map(|&i| i as i64).collect();
@@ -155,7 +144,7 @@ pub fn offer_new_rows(
     batch: &Batch,
     rng: &mut rng::Rng,
 ) -> Vec<(usize, usize)> {
-    let y = labels(batch);
+    let y = batch.labels();
     let n = batch.new_samples.min(batch.refs.len()).min(y.len());
     (0..n)
         .filter_map(|i| {

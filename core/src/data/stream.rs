@@ -77,6 +77,16 @@ impl Batch {
         crate::model::ForwardCtx::training(one.map(|t| t as usize))
     }
 
+    /// The labels `[batch]`, read back to the host.
+    pub fn labels(&self) -> Vec<i64> {
+        self.y
+            .clone()
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap_or_default()
+    }
+
     /// Number of rows.
     pub fn len(&self) -> usize {
         self.refs.len()

@@ -120,11 +120,7 @@ fn forward_task(
             .convert::<f32>()
             .try_to_vec::<f32>()
             .unwrap_or_default();
-        let y =
-            b.y.into_data()
-                .convert::<i64>()
-                .try_to_vec::<i64>()
-                .unwrap_or_default();
+        let y = b.labels();
         for (i, &label) in y.iter().enumerate().take(n) {
             if let Some(l) = values.get(i * classes..(i + 1) * classes) {
                 row(label as usize, l);

@@ -183,6 +183,20 @@ impl Prepared {
     }
 }
 
+/// burn-optim's SGD with classical momentum `momentum` (none at 0), no dampening, no Nesterov,
+/// and optional weight decay: the configured `sgd`, and the fixed optimisers of
+/// `engram bench throughput` and GDumb's learner.
+pub fn sgd(momentum: f64, weight_decay: Option<WeightDecayConfig>) -> ModuleOptimizer {
+    SgdConfig::new()
+        .with_momentum((momentum > 0.0).then_some(MomentumConfig {
+            momentum,
+            dampening: 0.0,
+            nesterov: false,
+        }))
+        .with_weight_decay(weight_decay)
+        .init()
+}
+
 /// The configured optimiser (burn-optim).
 pub fn build_optimizer(cfg: &LoadedConfig) -> ModuleOptimizer {
     let o = &cfg.config.optimizer;
@@ -190,14 +204,7 @@ pub fn build_optimizer(cfg: &LoadedConfig) -> ModuleOptimizer {
         penalty: o.weight_decay as f32,
     });
     match o.kind {
-        OptimizerKind::Sgd => SgdConfig::new()
-            .with_momentum((o.momentum > 0.0).then_some(MomentumConfig {
-                momentum: o.momentum,
-                dampening: 0.0,
-                nesterov: false,
-            }))
-            .with_weight_decay(wd)
-            .init(),
+        OptimizerKind::Sgd => sgd(o.momentum, wd),
         OptimizerKind::Adam => AdamConfig::new().with_weight_decay(wd).init(),
         OptimizerKind::Adamw => AdamWConfig::new()
             .with_weight_decay(o.weight_decay as f32)
