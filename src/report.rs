@@ -892,10 +892,6 @@ pub struct Stat {
 }
 
 impl Stat {
-    fn single(v: Option<f64>) -> Option<Self> {
-        v.map(|mean| Self { mean, std: None })
-    }
-
     /// Mean ± sample standard deviation of `values` (`None` when empty; no deviation for one
     /// value, which has none).
     pub fn of(values: &[f64]) -> Option<Self> {
@@ -951,6 +947,95 @@ pub struct RunRow {
     /// What the figures were measured on ([`benchmark`]; the first seed's for a `--seeds`
     /// directory).
     pub data: serde_json::Value,
+    /// Accuracy on each task right after training on it, `[tasks]`, mean over seeds
+    /// ([`learned`]); `None` when no report has a full diagonal.
+    pub learned: Option<Vec<f64>>,
+    /// Whether the run is naive fine-tuning: no `[[forgetting]]` strategy but `naive`, not
+    /// joint.
+    pub naive: bool,
+}
+
+/// Accuracy on each task `t` right after training on it, `[tasks]`: the task-IL view's
+/// diagonal for class-incremental runs (logits restricted to `t`'s classes, which does not
+/// reward a head biased to the newest classes), the accuracy matrix's otherwise. `None` when a
+/// cell is missing (a failed run).
+pub fn learned(r: &Report) -> Option<Vec<f64>> {
+    let m = r
+        .task_il_accuracy_matrix
+        .as_ref()
+        .unwrap_or(&r.accuracy_matrix);
+    (0..r.tasks.len())
+        .map(|t| m.get(t).and_then(|row| row.get(t).copied().flatten()))
+        .collect()
+}
+
+/// How far below naive fine-tuning a new task may be learned, right after training on it
+/// ([`learned`]), before [`plasticity_warnings`] says so: 0.05 (the suite's goal).
+pub const PLASTICITY_GAP: f64 = 0.05;
+
+/// A warning for each task that a run learned more than [`PLASTICITY_GAP`] below a naive run
+/// on the same data ([`RunRow::naive`], same [`benchmark`]): the strategies kept the new task
+/// from being learned (too strong a penalty, too much replay, a projection that cancels the
+/// new gradient). Empty without a naive run to compare with.
+pub fn plasticity_warnings(rows: &[RunRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    for base in rows.iter().filter(|r| r.naive) {
+        let Some(naive) = &base.learned else { continue };
+        for r in rows.iter().filter(|r| !r.naive && r.data == base.data) {
+            let Some(mine) = &r.learned else { continue };
+            for (t, (m, b)) in mine.iter().zip(naive).enumerate() {
+                if b - m > PLASTICITY_GAP {
+                    out.push(format!(
+                        "warning: {}: task {t} reached {m:.3} right after training on it, naive fine-tuning ({}) {b:.3}: its strategies kept the new task from being learned (the book's troubleshooting chapter, \"A new task is learned far below naive\")",
+                        r.name, base.name
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+impl RunRow {
+    /// The figures of `reports` (one per seed) as one row named `name`: each metric's mean ±
+    /// sample sd over the reports that define it; time in seconds, peak memory in MiB,
+    /// parameters in thousands, [`learned`] averaged per task.
+    pub fn of_reports(name: &str, reports: &[Report]) -> Self {
+        let of = |f: &dyn Fn(&Report) -> Option<f64>| {
+            let v: Vec<f64> = reports.iter().filter_map(f).collect();
+            Stat::of(&v)
+        };
+        let diagonals: Option<Vec<Vec<f64>>> = reports.iter().map(learned).collect();
+        let learned = diagonals.filter(|d| !d.is_empty()).map(|d| {
+            (0..d[0].len())
+                .map(|t| d.iter().map(|row| row[t]).sum::<f64>() / d.len() as f64)
+                .collect()
+        });
+        RunRow {
+            name: name.to_string(),
+            seeds: reports.len(),
+            acc: of(&|r| r.metrics.acc),
+            bwt: of(&|r| r.metrics.bwt),
+            forgetting: of(&|r| r.metrics.forgetting),
+            fwt: of(&|r| r.metrics.fwt),
+            retention: of(&|r| r.metrics.retention),
+            task_il_acc: of(&|r| r.task_il_metrics.as_ref().and_then(|m| m.acc)),
+            total_s: of(&|r| Some(r.timings.total_s)),
+            peak_mib: of(&|r| Some(r.memory.peak_bytes as f64 / MIB)),
+            params_k: of(&|r| Some(r.memory.parameters as f64 / 1e3)),
+            data: reports.first().map_or(serde_json::Value::Null, benchmark),
+            learned,
+            naive: !reports.is_empty()
+                && reports.iter().all(|r| {
+                    !r.joint
+                        && r.config["forgetting"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .all(|f| f["type"] == "naive")
+                }),
+        }
+    }
 }
 
 /// Reads the headline figures of a run directory: `dir/report.json` for a single run, else
@@ -973,47 +1058,19 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
                 message: format!("not valid JSON: {e}"),
                 hint: None,
             })?;
-        let metric = |k: &str| Stat::from_aggregate(&agg["metrics"][k]);
-        let runs: Vec<PathBuf> = agg["runs"]
+        let reports = agg["runs"]
             .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str())
-                    .map(|s| dir.join(s))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let reports = runs
-            .iter()
-            .map(|d| load_report(d))
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str())
+            .map(|s| load_report(&dir.join(s)))
             .collect::<Result<Vec<_>>>()?;
-        let seeds = agg["seeds"]
+        let mut row = RunRow::of_reports(&name, &reports);
+        row.seeds = agg["seeds"]
             .as_array()
             .map_or(reports.len(), |a| a.len())
             .max(reports.len());
-        let time: Vec<f64> = reports.iter().map(|r| r.timings.total_s).collect();
-        let peak: Vec<f64> = reports
-            .iter()
-            .map(|r| r.memory.peak_bytes as f64 / MIB)
-            .collect();
-        let params: Vec<f64> = reports
-            .iter()
-            .map(|r| r.memory.parameters as f64 / 1e3)
-            .collect();
-        return Ok(RunRow {
-            name,
-            seeds,
-            acc: metric("acc"),
-            bwt: metric("bwt"),
-            forgetting: metric("forgetting"),
-            fwt: metric("fwt"),
-            retention: metric("retention"),
-            task_il_acc: metric("task_il_acc"),
-            total_s: Stat::of(&time),
-            peak_mib: Stat::of(&peak),
-            params_k: Stat::of(&params),
-            data: reports.first().map_or(serde_json::Value::Null, benchmark),
-        });
+        return Ok(row);
     }
     let r = load_report(dir)?;
     let name = match &r.failure {
@@ -1023,20 +1080,7 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
         ),
         None => name,
     };
-    Ok(RunRow {
-        name,
-        seeds: 1,
-        acc: Stat::single(r.metrics.acc),
-        bwt: Stat::single(r.metrics.bwt),
-        forgetting: Stat::single(r.metrics.forgetting),
-        fwt: Stat::single(r.metrics.fwt),
-        retention: Stat::single(r.metrics.retention),
-        task_il_acc: Stat::single(r.task_il_metrics.as_ref().and_then(|m| m.acc)),
-        total_s: Stat::single(Some(r.timings.total_s)),
-        peak_mib: Stat::single(Some(r.memory.peak_bytes as f64 / MIB)),
-        params_k: Stat::single(Some(r.memory.parameters as f64 / 1e3)),
-        data: benchmark(&r),
-    })
+    Ok(RunRow::of_reports(&name, std::slice::from_ref(&r)))
 }
 
 /// What a run's figures were measured on, as the run itself saw it (defaults resolved): the
@@ -1167,10 +1211,11 @@ pub fn compare_table(rows: &[RunRow]) -> String {
     s
 }
 
-/// `engram compare DIR...`: [`run_row`] for each directory, then [`compare_table`], and a
+/// `engram compare DIR...`: [`run_row`] for each directory, then [`compare_table`], a
 /// warning line for each `[data]` key on which the runs differ ([`data_differences`]): a
 /// validation figure next to a test figure, or runs on other task splits, would look
-/// comparable in the table and are not. Returns the table and the warnings (the CLI prints
+/// comparable in the table and are not; and, with a naive run among them, a warning for each
+/// task another run learned far below it ([`plasticity_warnings`]). Returns the table and the warnings (the CLI prints
 /// them on standard error).
 ///
 /// # Errors
@@ -1181,7 +1226,7 @@ pub fn compare(dirs: &[PathBuf]) -> Result<(String, Vec<String>)> {
         .map(|d| run_row(d))
         .collect::<Result<Vec<_>>>()?;
     let diff = data_differences(&rows);
-    let warnings = if diff.is_empty() {
+    let mut warnings = if diff.is_empty() {
         Vec::new()
     } else {
         std::iter::once(
@@ -1191,6 +1236,7 @@ pub fn compare(dirs: &[PathBuf]) -> Result<(String, Vec<String>)> {
         .chain(diff.into_iter().map(|d| format!("  {d}")))
         .collect()
     };
+    warnings.extend(plasticity_warnings(&rows));
     Ok((compare_table(&rows), warnings))
 }
 
@@ -1306,6 +1352,6 @@ mod tests {
             std: Some(0.01),
         };
         assert_eq!(s.format(4), "0.2500 ± 0.0100");
-        assert_eq!(Stat::single(Some(1.0)).unwrap().format(1), "1.0");
+        assert_eq!(Stat::of(&[1.0]).unwrap().format(1), "1.0");
     }
 }

@@ -9,8 +9,6 @@ use engram_core::{Error, Result};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-const MIB: f64 = 1024.0 * 1024.0;
-
 /// One cell of the table: its runs' figures over seeds.
 #[derive(Clone, Debug)]
 pub struct Cell {
@@ -45,7 +43,7 @@ pub fn cells(dir: &Path) -> Result<(Manifest, Vec<Cell>, Vec<serde_json::Value>)
                     axes: r.axes.clone(),
                     done: Vec::new(),
                     unfinished: Vec::new(),
-                    row: empty_row(&r.cell),
+                    row: RunRow::of_reports(&r.cell, &[]),
                 });
                 reports.push(Vec::new());
                 cells.len() - 1
@@ -80,38 +78,9 @@ pub fn cells(dir: &Path) -> Result<(Manifest, Vec<Cell>, Vec<serde_json::Value>)
         runs.push(entry);
     }
     for (c, reps) in cells.iter_mut().zip(&reports) {
-        c.row = row(&c.cell, reps);
+        c.row = RunRow::of_reports(&c.cell, reps);
     }
     Ok((m, cells, runs))
-}
-
-fn empty_row(name: &str) -> RunRow {
-    row(name, &[])
-}
-
-/// The figures of `reports` as one [`RunRow`] named `name`: each metric's mean ± sd over the
-/// reports that define it.
-fn row(name: &str, reports: &[engram_core::train::report::Report]) -> RunRow {
-    let of = |f: &dyn Fn(&engram_core::train::report::Report) -> Option<f64>| {
-        let v: Vec<f64> = reports.iter().filter_map(f).collect();
-        Stat::of(&v)
-    };
-    RunRow {
-        name: name.to_string(),
-        seeds: reports.len(),
-        acc: of(&|r| r.metrics.acc),
-        bwt: of(&|r| r.metrics.bwt),
-        forgetting: of(&|r| r.metrics.forgetting),
-        fwt: of(&|r| r.metrics.fwt),
-        retention: of(&|r| r.metrics.retention),
-        task_il_acc: of(&|r| r.task_il_metrics.as_ref().and_then(|m| m.acc)),
-        total_s: of(&|r| Some(r.timings.total_s)),
-        peak_mib: of(&|r| Some(r.memory.peak_bytes as f64 / MIB)),
-        params_k: of(&|r| Some(r.memory.parameters as f64 / 1e3)),
-        data: reports
-            .first()
-            .map_or(serde_json::Value::Null, crate::report::benchmark),
-    }
 }
 
 fn stat_json(s: &Option<Stat>) -> serde_json::Value {
@@ -123,7 +92,9 @@ fn stat_json(s: &Option<Stat>) -> serde_json::Value {
 
 /// Writes `DIR/sweep.json`, `DIR/sweep.csv` and `DIR/plots/compare.{png,svg}` for the sweep in
 /// `dir`, and returns the table ([`crate::report::compare_table`] with one row per cell, `seeds`
-/// counting the finished runs) followed by a line for each unfinished run.
+/// counting the finished runs) followed by a line for each unfinished run and the
+/// [`crate::report::plasticity_warnings`] of its cells (a cell learning a task far below a naive
+/// cell on the same data).
 ///
 /// `sweep.json`: `{"sweep", "axes", "cells": [{"cell", "axes", "runs", "unfinished",
 /// "metrics": {"acc": {"mean", "std"}, "bwt", "forgetting", "fwt", "retention", "task_il_acc",
@@ -237,6 +208,9 @@ pub fn report(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
         for (n, s) in &c.unfinished {
             let _ = writeln!(table, "not in the table: {n} ({})", s.word());
         }
+    }
+    for w in crate::report::plasticity_warnings(&rows) {
+        let _ = writeln!(table, "{w}");
     }
     Ok((table, files))
 }

@@ -40,6 +40,11 @@ fn sources(root: &Path, dirs: &[&str]) -> BTreeMap<PathBuf, String> {
 /// Places that name a built-in for another meaning than the component, with why.
 const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
     (
+        "naive",
+        "src/report.rs",
+        "a run's config naming the naive baseline, which `compare` measures plasticity against",
+    ),
+    (
         "lr",
         "strategies/src/gdumb.rs",
         "GDumb's own key, the learning rate of its training on the memory",

@@ -267,6 +267,36 @@ fn compare_prints_runs_side_by_side() {
         )
     );
 
+    // Next to a naive run on the same data, a task another run learned more than 0.05 below
+    // naive's diagonal is named (task 1: 0.70 against 0.80); one 0.02 below is not (task 2).
+    let strong = tempfile::tempdir().unwrap();
+    let mut r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(single.join("report.json")).unwrap()).unwrap();
+    r["config"]["forgetting"] = serde_json::json!([{"type": "ewc"}]);
+    r["accuracy_matrix"][1][1] = 0.7.into();
+    r["accuracy_matrix"][2][2] = 0.88.into();
+    std::fs::write(strong.path().join("report.json"), r.to_string()).unwrap();
+    let o = engram()
+        .args([
+            "compare",
+            single.to_str().unwrap(),
+            strong.path().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let warn: Vec<&str> = stderr.lines().collect();
+    assert_eq!(warn.len(), 1, "{stderr}");
+    assert!(
+        warn[0].starts_with(&format!(
+            "warning: {}: task 1 reached 0.700 right after training on it, naive fine-tuning ({}) 0.800",
+            strong.path().display(),
+            single.display()
+        )),
+        "{stderr}"
+    );
+
     let missing = tempfile::tempdir().unwrap();
     let (code, out) = run(&[
         "compare",
