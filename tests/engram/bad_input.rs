@@ -397,7 +397,6 @@ fn a_missing_device_blames_the_flag_not_the_config() {
 fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
     // Zeros that mean something (the key's doc comment says what).
     let meaningful = [
-        ("ema", "decay", "no averaging: the last step's weights"),
         ("ewc", "fisher_samples", "all of the task's samples"),
         (
             "ewc",
