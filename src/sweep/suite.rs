@@ -90,60 +90,73 @@ impl Goal {
     }
 }
 
+/// The worst gap naive − `config` over tasks and seeds on `stream` (same seed, same task) of
+/// the accuracy right after training on a task ([`diagonal`]), with the task and seed; `None`
+/// when either has no finished run.
+pub fn worst_gap(
+    sweep: &serde_json::Value,
+    stream: &str,
+    config: &str,
+) -> Option<(f64, usize, u64)> {
+    let runs: Vec<&serde_json::Value> = sweep["runs"].as_array().into_iter().flatten().collect();
+    let cell_name = |config: &str| {
+        sweep["cells"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| text(&c["axes"], STREAM) == stream && text(&c["axes"], "config") == config)
+            .map(|c| text(c, "cell").to_string())
+    };
+    let (mine, naive) = (cell_name(config)?, cell_name(NAIVE)?);
+    let run = |cell: &str, seed: u64| {
+        runs.iter()
+            .find(|r| text(r, "cell") == cell && r["seed"].as_u64() == Some(seed))
+            .copied()
+    };
+    let mut worst: Option<(f64, usize, u64)> = None;
+    for r in runs.iter().filter(|r| text(r, "cell") == mine) {
+        let Some(seed) = r["seed"].as_u64() else {
+            continue;
+        };
+        let (Some(m), Some(b)) = (diagonal(r), run(&naive, seed).and_then(diagonal)) else {
+            continue;
+        };
+        for (t, (m, b)) in m.iter().zip(&b).enumerate() {
+            let gap = b - m;
+            if worst.is_none_or(|(w, _, _)| gap > w) {
+                worst = Some((gap, t, seed));
+            }
+        }
+    }
+    worst
+}
+
 /// The goal figures of every stream of a suite's `sweep.json`.
 pub fn goals(sweep: &serde_json::Value) -> Vec<Goal> {
-    let runs: Vec<&serde_json::Value> = sweep["runs"].as_array().into_iter().flatten().collect();
-    let cell_of =
-        |stream: &str, config: &str| {
-            sweep["cells"].as_array().into_iter().flatten().find(|c| {
-                text(&c["axes"], STREAM) == stream && text(&c["axes"], "config") == config
-            })
-        };
     let acc = |stream: &str, config: &str| {
-        cell_of(stream, config).and_then(|c| Stat::from_aggregate(&c["metrics"]["acc"]))
-    };
-    let run = |stream: &str, config: &str, seed: u64| {
-        let cell = cell_of(stream, config)?;
-        let name = text(cell, "cell");
-        runs.iter()
-            .find(|r| text(r, "cell") == name && r["seed"].as_u64() == Some(seed))
-            .copied()
+        sweep["cells"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| text(&c["axes"], STREAM) == stream && text(&c["axes"], "config") == config)
+            .and_then(|c| Stat::from_aggregate(&c["metrics"]["acc"]))
     };
     streams(sweep)
         .into_iter()
-        .map(|stream| {
-            let mut worst: Option<(f64, usize, u64)> = None;
-            for r in runs.iter().filter(|r| {
-                cell_of(&stream, RECIPE).is_some_and(|c| text(c, "cell") == text(r, "cell"))
-            }) {
-                let Some(seed) = r["seed"].as_u64() else {
-                    continue;
-                };
-                let (Some(mine), Some(base)) =
-                    (diagonal(r), run(&stream, NAIVE, seed).and_then(diagonal))
-                else {
-                    continue;
-                };
-                for (t, (m, b)) in mine.iter().zip(&base).enumerate() {
-                    let gap = b - m;
-                    if worst.is_none_or(|(w, _, _)| gap > w) {
-                        worst = Some((gap, t, seed));
-                    }
-                }
-            }
-            Goal {
-                recipe_acc: acc(&stream, RECIPE).map(|s| s.mean),
-                plain_acc: acc(&stream, PLAIN_REPLAY).map(|s| s.mean),
-                worst_gap: worst,
-                stream,
-            }
+        .map(|stream| Goal {
+            recipe_acc: acc(&stream, RECIPE).map(|s| s.mean),
+            plain_acc: acc(&stream, PLAIN_REPLAY).map(|s| s.mean),
+            worst_gap: worst_gap(sweep, &stream, RECIPE),
+            stream,
         })
         .collect()
 }
 
 /// One stream's table as Markdown: a `###` heading, then one row per config. Cells read
 /// `mean ± sd` over seeds (`mean` alone for one seed, `–` where a metric is undefined); a cell
-/// with unfinished runs says how many finished.
+/// with unfinished runs says how many finished. The last column is the config's
+/// [`worst_gap`] to naive, in bold with its task and seed where it exceeds
+/// [`crate::report::PLASTICITY_GAP`]: a new task the strategies kept from being learned.
 pub fn stream_table(sweep: &serde_json::Value, stream: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "### {stream}\n");
@@ -153,6 +166,8 @@ pub fn stream_table(sweep: &serde_json::Value, stream: &str) -> String {
         let _ = write!(head, " {h} |");
         rule.push_str("---:|");
     }
+    head.push_str(" worst new task vs naive |");
+    rule.push_str("---:|");
     let _ = writeln!(s, "{head}\n{rule}");
     for c in sweep["cells"]
         .as_array()
@@ -172,6 +187,16 @@ pub fn stream_table(sweep: &serde_json::Value, stream: &str) -> String {
             let v = Stat::from_aggregate(&c["metrics"][k]).map_or("–".into(), |st| st.format(d));
             let _ = write!(line, " {v} |");
         }
+        let config = text(&c["axes"], "config");
+        let gap = match worst_gap(sweep, stream, config) {
+            _ if config == NAIVE => "–".to_string(),
+            Some((g, t, seed)) if g > crate::report::PLASTICITY_GAP => {
+                format!("**{g:+.3}** (task {t}, seed {seed})")
+            }
+            Some((g, _, _)) => format!("{g:+.3}"),
+            None => "–".to_string(),
+        };
+        let _ = write!(line, " {gap} |");
         let _ = writeln!(s, "{line}");
     }
     s
@@ -274,7 +299,20 @@ mod tests {
         assert!(md.contains("### s\n"), "{md}");
         assert!(
             md.contains(&format!(
-                "| {RECIPE} | 2 | 0.8000 ± 0.0100 | – | – | – | – | 2.0 | – |"
+                "| {RECIPE} | 2 | 0.8000 ± 0.0100 | – | – | – | – | 2.0 | – | **+0.100** (task 1, seed 0) |"
+            )),
+            "{md}"
+        );
+        // Plain replay has no finished run to compare; naive is the reference.
+        assert!(
+            md.contains(&format!(
+                "| {PLAIN_REPLAY} | 2 | 0.7500 ± 0.0100 | – | – | – | – | 2.0 | – | – |"
+            )),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!(
+                "| {NAIVE} | 2 | 0.2000 ± 0.0100 | – | – | – | – | 2.0 | – | – |"
             )),
             "{md}"
         );
