@@ -35,22 +35,37 @@ JOB=$(python3 -c "import json; print(json.load(open('$T/slurm/slurm/jobs.json'))
 names() { python3 -c "import json; [print(i, r['name']) for i, r in enumerate(json.load(open('$T/slurm/grid.json'))['runs'])]"; }
 
 # Kill one array task mid-run (scancel) and requeue it (scontrol requeue): the first task seen
-# RUNNING whose run already has a checkpoint and no report.
+# RUNNING whose run already has a checkpoint and no report. A run takes about a second, so one
+# can finish before the cancel reaches it: then it is left done, and the next one is tried.
 requeued=""
+tried=" "
 for _ in $(seq 1 600); do
   running=$(squeue -h -r -j "$JOB" -t RUNNING -o "%i" 2>/dev/null || true)
+  cand=""
   while read -r i name; do
-    if grep -qx "${JOB}_$i" <<<"$running" && [ -d "$T/slurm/$name/checkpoints" ] &&
-       [ ! -f "$T/slurm/$name/report.json" ]; then
-      scancel "${JOB}_$i"
-      requeued="$i $name"
+    if [[ "$tried" != *" $i "* ]] && grep -qx "${JOB}_$i" <<<"$running" &&
+       [ -d "$T/slurm/$name/checkpoints" ] && [ ! -f "$T/slurm/$name/report.json" ]; then
+      cand="$i $name"
       break
     fi
   done < <(names)
-  [ -n "$requeued" ] && break
+  if [ -n "$cand" ]; then
+    read -r ci cname <<<"$cand"
+    scancel "${JOB}_$ci"
+    tried="$tried$ci "
+    for _ in $(seq 1 100); do
+      st=$(squeue -h -j "${JOB}_$ci" -o "%T" 2>/dev/null || true)
+      [ "$st" != RUNNING ] && [ "$st" != COMPLETING ] && break
+      sleep 0.1
+    done
+    if [ ! -f "$T/slurm/$cname/report.json" ]; then
+      requeued="$cand"
+      break
+    fi
+    echo "array task ${JOB}_$ci finished before the cancel reached it; trying another"
+  fi
   sleep 0.2
 done
-[ -n "$requeued" ] || { echo "no array task was caught mid-run to requeue"; squeue -r -j "$JOB" || true; exit 1; }
 read -r RI RNAME <<<"$requeued"
 # Requeue it once Slurm has it CANCELLED (a requeue is refused while it is still completing).
 for _ in $(seq 1 100); do
