@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the benchmark suite's figures: runs `engram bench suite` (bench/suite.toml: 180
-# runs; about 10 minutes on this 2-core machine; resumable, a rerun skips finished runs) into runs/suite,
+# Regenerates the benchmark suite's figures: runs `engram bench suite` (bench/suite.toml: 195
+# runs; about 20 minutes on this 2-core machine; resumable, a rerun skips finished runs) into runs/suite,
 # copies its sweep.json to book/src/figures/suite.json, and renders the book's tables
 # (book/src/figures/suite.md) and the README's excerpt from it through the golden tests of
 # tests/engram/recipes.rs. Their pins of the seed-0 figures move by hand, with the diff.

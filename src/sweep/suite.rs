@@ -156,7 +156,8 @@ pub fn goals(sweep: &serde_json::Value) -> Vec<Goal> {
 /// `mean ± sd` over seeds (`mean` alone for one seed, `–` where a metric is undefined); a cell
 /// with unfinished runs says how many finished. The last column is the config's
 /// [`worst_gap`] to naive, in bold with its task and seed where it exceeds
-/// [`crate::report::PLASTICITY_GAP`]: a new task the strategies kept from being learned.
+/// [`crate::report::PLASTICITY_GAP`]: a new task the strategies kept from being learned (`–`
+/// for naive itself and for joint training, whose cell has no BWT).
 pub fn stream_table(sweep: &serde_json::Value, stream: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "### {stream}\n");
@@ -188,8 +189,9 @@ pub fn stream_table(sweep: &serde_json::Value, stream: &str) -> String {
             let _ = write!(line, " {v} |");
         }
         let config = text(&c["axes"], "config");
+        // Naive is the reference; a joint run (no BWT) has no "right after its task".
         let gap = match worst_gap(sweep, stream, config) {
-            _ if config == NAIVE => "–".to_string(),
+            _ if config == NAIVE || c["metrics"]["bwt"].is_null() => "–".to_string(),
             Some((g, t, seed)) if g > crate::report::PLASTICITY_GAP => {
                 format!("**{g:+.3}** (task {t}, seed {seed})")
             }
@@ -274,7 +276,7 @@ mod tests {
             serde_json::json!({
                 "cell": name, "axes": {"config": config, "stream": "s"},
                 "runs": [format!("{name}/seed-0"), format!("{name}/seed-1")], "unfinished": [],
-                "metrics": {"acc": {"mean": acc, "std": 0.01}, "time_s": {"mean": 2.0, "std": null}},
+                "metrics": {"acc": {"mean": acc, "std": 0.01}, "bwt": {"mean": -0.1, "std": null}, "time_s": {"mean": 2.0, "std": null}},
             })
         };
         let sweep = serde_json::json!({
@@ -299,20 +301,20 @@ mod tests {
         assert!(md.contains("### s\n"), "{md}");
         assert!(
             md.contains(&format!(
-                "| {RECIPE} | 2 | 0.8000 ± 0.0100 | – | – | – | – | 2.0 | – | **+0.100** (task 1, seed 0) |"
+                "| {RECIPE} | 2 | 0.8000 ± 0.0100 | -0.1000 | – | – | – | 2.0 | – | **+0.100** (task 1, seed 0) |"
             )),
             "{md}"
         );
         // Plain replay has no finished run to compare; naive is the reference.
         assert!(
             md.contains(&format!(
-                "| {PLAIN_REPLAY} | 2 | 0.7500 ± 0.0100 | – | – | – | – | 2.0 | – | – |"
+                "| {PLAIN_REPLAY} | 2 | 0.7500 ± 0.0100 | -0.1000 | – | – | – | 2.0 | – | – |"
             )),
             "{md}"
         );
         assert!(
             md.contains(&format!(
-                "| {NAIVE} | 2 | 0.2000 ± 0.0100 | – | – | – | – | 2.0 | – | – |"
+                "| {NAIVE} | 2 | 0.2000 ± 0.0100 | -0.1000 | – | – | – | 2.0 | – | – |"
             )),
             "{md}"
         );
