@@ -960,11 +960,23 @@ pub struct RunRow {
 /// reward a head biased to the newest classes), the accuracy matrix's otherwise. `None` when a
 /// cell is missing (a failed run).
 pub fn learned(r: &Report) -> Option<Vec<f64>> {
-    let m = r
-        .task_il_accuracy_matrix
-        .as_ref()
-        .unwrap_or(&r.accuracy_matrix);
-    (0..r.tasks.len())
+    learned_of(
+        &r.accuracy_matrix,
+        r.task_il_accuracy_matrix.as_ref(),
+        r.tasks.len(),
+    )
+}
+
+/// [`learned`] from the matrices themselves (`[tasks][tasks]`, as `report.json` and
+/// `sweep.json` hold them): the diagonal of `task_il` where given, else of `accuracy`, over
+/// `tasks` tasks; `None` when a cell is missing.
+pub fn learned_of(
+    accuracy: &engram_core::train::metrics::Matrix,
+    task_il: Option<&engram_core::train::metrics::Matrix>,
+    tasks: usize,
+) -> Option<Vec<f64>> {
+    let m = task_il.unwrap_or(accuracy);
+    (0..tasks)
         .map(|t| m.get(t).and_then(|row| row.get(t).copied().flatten()))
         .collect()
 }

@@ -45,15 +45,15 @@ fn text<'a>(v: &'a serde_json::Value, k: &str) -> &'a str {
 /// Each run's diagonal `[tasks]`: accuracy on task `t` right after training on it, in the
 /// task-IL view where the run has one, else its accuracy matrix's.
 fn diagonal(run: &serde_json::Value) -> Option<Vec<f64>> {
-    let m = run
-        .get("task_il_accuracy_matrix")
-        .filter(|m| !m.is_null())
-        .or_else(|| run.get("accuracy_matrix"))?
-        .as_array()?;
-    m.iter()
-        .enumerate()
-        .map(|(t, row)| row.get(t)?.as_f64())
-        .collect()
+    let matrix = |k: &str| -> Option<engram_core::train::metrics::Matrix> {
+        serde_json::from_value(run.get(k).filter(|m| !m.is_null())?.clone()).ok()
+    };
+    let accuracy = matrix("accuracy_matrix")?;
+    crate::report::learned_of(
+        &accuracy,
+        matrix("task_il_accuracy_matrix").as_ref(),
+        accuracy.len(),
+    )
 }
 
 /// The streams of a suite's `sweep.json`, in grid order.
