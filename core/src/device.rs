@@ -1,7 +1,10 @@
 //! Choosing the compute device at run time.
 //!
 //! `cpu` is Burn's pure-Rust flex backend (`Device::flex()`), always built. `vulkan`, `cuda` and
-//! `cubecl-cpu` exist only in binaries built with the cargo features of the same names. `cubecl-cpu` is CubeCL's CPU
+//! `cubecl-cpu` exist only in binaries built with the cargo features of the same names. `vulkan`
+//! is Burn's wgpu runtime pinned to the Vulkan API with CubeCL's WGSL compiler: it runs on real
+//! GPUs and on Mesa's software Vulkan (lavapipe), where CI exercises the GPU code path; Burn's own
+//! `vulkan` feature (CubeCL's SPIR-V compiler) crashed lavapipe in its first pipeline. `cubecl-cpu` is CubeCL's CPU
 //! runtime (`Device::cpu()`): the same kernels, memory pools and dtype support as the GPU
 //! runtimes, compiled by LLVM for this CPU, so that the GPU code path runs without a GPU. A device is
 //! probed with `Device::enumerate` before first use, because Burn panics ("no adapter found")
@@ -54,32 +57,53 @@ pub fn pin_default_device() {
 
 /// Runs a probe that may panic inside Burn, turning the panic into a message.
 #[allow(dead_code)]
-fn probe(f: impl FnOnce() -> Option<Device> + std::panic::UnwindSafe) -> Result<Device, String> {
+fn probe<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Result<T, String> {
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let r = std::panic::catch_unwind(f);
     std::panic::set_hook(prev);
-    match r {
-        Ok(Some(d)) => Ok(d),
-        Ok(None) => Err("no such device on this machine (Device::enumerate found none)".into()),
-        Err(_) => Err("the backend failed to start (no adapter or driver found)".into()),
-    }
+    r.map_err(|_| "the backend failed to start (no adapter or driver found)".into())
 }
 
 /// The first device of type `t` on this machine, probed.
 #[allow(dead_code)]
 fn first(t: burn::tensor::DeviceType) -> Result<Device, String> {
-    probe(move || Device::enumerate(t).into_vec().into_iter().next())
+    probe(move || Device::enumerate(t).into_vec().into_iter().next())?
+        .ok_or_else(|| "no such device on this machine (Device::enumerate found none)".into())
 }
 
+/// The Vulkan device: Burn's wgpu runtime pinned to the Vulkan API (it never falls back to
+/// OpenGL), kernels compiled from WGSL (CubeCL's WGSL compiler; wgpu's naga turns them into
+/// SPIR-V for the driver). Opened once per process and kept: the runtime refuses a second
+/// initialisation, and `resume`, `eval` and the tests may ask more than once.
 #[cfg(feature = "vulkan")]
 fn vulkan() -> Result<Device, String> {
-    first(burn::tensor::DeviceType::Vulkan)
+    use burn::tensor::wgpu::WgpuBackend;
+    static VULKAN: std::sync::OnceLock<Result<Device, String>> = std::sync::OnceLock::new();
+    VULKAN
+        .get_or_init(|| {
+            let opened = probe(|| {
+                Device::wgpu_options()
+                    .graphics_api(WgpuBackend::Vulkan)
+                    .init()
+                    .map_err(|e| e.to_string())
+            });
+            match opened {
+                Ok(Ok(device)) => Ok(device),
+                Ok(Err(message)) => Err(format!(
+                    "no Vulkan device on this machine ({message}); on a machine without a GPU, \
+                     Mesa's software Vulkan serves (`apt-get install mesa-vulkan-drivers`, and \
+                     XDG_RUNTIME_DIR set to a directory of mode 0700)"
+                )),
+                Err(message) => Err(message),
+            }
+        })
+        .clone()
 }
 
 #[cfg(not(feature = "vulkan"))]
 fn vulkan() -> Result<Device, String> {
-    Err("this binary was built without Vulkan; rebuild with `cargo build --release --features vulkan`".into())
+    Err("this binary was built without Vulkan; rebuild with `cargo build --release --features vulkan` (or `cuda,vulkan`)".into())
 }
 
 #[cfg(feature = "cuda")]
