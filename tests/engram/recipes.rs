@@ -1,6 +1,6 @@
 //! The recipes' figures reproduce: the suite's tables in the book and the README are the
-//! committed suite output rendered (golden files), and the replay recipe, naive fine-tuning and
-//! EWC on the full Split-FMNIST give the figures pinned here.
+//! committed suites' output rendered (golden files), and the replay recipes (MLP and CNN), naive
+//! fine-tuning and EWC on the full Split-FMNIST give the figures pinned here.
 
 use crate::util::{fmnist_dir, run};
 use serde_json::Value;
@@ -10,15 +10,27 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The committed output of the last full `bench/suite.sh` (`sweep.json`).
-fn suite_json() -> Value {
-    let p = root().join("book/src/figures/suite.json");
+/// The committed output of the last full run of suite `name` by `bench/suite.sh`
+/// (`book/src/figures/<name>.json`: the sweep's `sweep.json`).
+fn suite_json(name: &str) -> Value {
+    let p = root().join(format!("book/src/figures/{name}.json"));
     serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
         .unwrap()
 }
 
-const BEGIN: &str = "<!-- suite: generated from book/src/figures/suite.json by `bash bench/suite.sh`; do not edit -->\n";
-const END: &str = "<!-- suite ends -->";
+/// The suites whose tables the book and the README show: `bench/suite.toml` (the MLP, every
+/// method) and `bench/suite-cnn.toml` (the CNN recipe and its baselines).
+const SUITES: [&str; 2] = ["suite", "suite-cnn"];
+
+/// The README's markers around suite `name`'s generated block.
+fn markers(name: &str) -> (String, String) {
+    (
+        format!(
+            "<!-- {name}: generated from book/src/figures/{name}.json by `bash bench/suite.sh`; do not edit -->\n"
+        ),
+        format!("<!-- {name} ends -->"),
+    )
+}
 
 /// `path`'s text, or with `UPDATE_GOLDEN` set, `path` rewritten by `update` and no check.
 fn golden(path: &Path, want: &str, update: impl Fn(&str) -> String, have: impl Fn(&str) -> String) {
@@ -29,35 +41,41 @@ fn golden(path: &Path, want: &str, update: impl Fn(&str) -> String, have: impl F
     }
     assert!(
         have(&text) == want,
-        "{} is out of date with book/src/figures/suite.json; regenerate with\n    UPDATE_GOLDEN=1 cargo test --release --test engram recipes::\n(bench/suite.sh reruns the suite first) and commit the result",
+        "{} is out of date with book/src/figures/suite*.json; regenerate with\n    UPDATE_GOLDEN=1 cargo test --release --test engram recipes::\n(bench/suite.sh reruns the suites first) and commit the result",
         path.display()
     );
 }
 
 #[test]
 fn the_book_s_suite_tables_are_the_committed_suite_output() {
-    let want = engram::sweep::suite::markdown(&suite_json());
-    let path = root().join("book/src/figures/suite.md");
-    golden(&path, &want, |_| want.clone(), str::to_string);
+    for name in SUITES {
+        let want = engram::sweep::suite::markdown(&suite_json(name));
+        let path = root().join(format!("book/src/figures/{name}.md"));
+        golden(&path, &want, |_| want.clone(), str::to_string);
+    }
 }
 
 #[test]
 fn the_readme_s_results_are_the_committed_suite_output() {
-    let want = engram::sweep::suite::readme_excerpt(&suite_json());
-    let between = |text: &str| -> Option<(usize, usize)> {
-        let a = text.find(BEGIN)? + BEGIN.len();
-        let b = a + text[a..].find(END)?;
-        Some((a, b))
-    };
-    golden(
-        &root().join("README.md"),
-        &want,
-        |text| {
-            let (a, b) = between(text).expect("README.md has the suite markers");
-            format!("{}{want}{}", &text[..a], &text[b..])
-        },
-        |text| between(text).map_or_else(String::new, |(a, b)| text[a..b].to_string()),
-    );
+    for name in SUITES {
+        let want = engram::sweep::suite::readme_excerpt(&suite_json(name));
+        let (begin, end) = markers(name);
+        let between = |text: &str| -> Option<(usize, usize)> {
+            let a = text.find(&begin)? + begin.len();
+            let b = a + text[a..].find(&end)?;
+            Some((a, b))
+        };
+        golden(
+            &root().join("README.md"),
+            &want,
+            |text| {
+                let (a, b) =
+                    between(text).unwrap_or_else(|| panic!("README.md has the {name} markers"));
+                format!("{}{want}{}", &text[..a], &text[b..])
+            },
+            |text| between(text).map_or_else(String::new, |(a, b)| text[a..b].to_string()),
+        );
+    }
 }
 
 /// A run of `config` (full Split-FMNIST, seed 0): its final accuracy row and ACC.
@@ -80,92 +98,146 @@ fn final_row(config: &Path, out: &Path) -> (Vec<f64>, f64) {
     )
 }
 
-/// The replay recipe's accuracy on each task after the last one, and the class-incremental
-/// ACC of naive fine-tuning and of EWC, on the full Split-FMNIST (5 × 2, 1 epoch, seed 0: the
-/// suite's `split` stream), within ±0.02 per task and ±0.01 for ACC: far above the seed-to-seed
-/// spread of one machine (0.003 for the recipe), and enough for the last bits that summation
-/// order changes between machines. A change that moves one of them past that is a change of
-/// the recipe's figures: rerun `bench/suite.sh`, and move the pins with it.
-#[test]
-fn the_replay_recipe_naive_and_ewc_give_their_pinned_figures() {
-    let _ = fmnist_dir();
-    let d = tempfile::tempdir().unwrap();
+/// One pinned run: seed 0 of `cell` in suite `suite`'s committed output, which running
+/// `config` on the full Split-FMNIST (5 × 2, 1 epoch, seed 0: the suites' `split` stream) gives
+/// again: its final accuracy row (where pinned) and its class-incremental ACC.
+struct Pin {
+    suite: &'static str,
+    config: &'static str,
+    cell: &'static str,
+    row: Option<[f64; 5]>,
+    acc: f64,
+}
+
+/// The pinned figures, seed 0 of the suites' `split` stream (book/src/figures/suite*.json).
+const PINS: [Pin; 4] = [
+    Pin {
+        suite: "suite",
+        config: "examples/split-fmnist-replay.toml",
+        cell: "split-fmnist-replay_stream-split",
+        row: Some([0.874, 0.782, 0.7905, 0.733, 0.9525]),
+        acc: 0.8264,
+    },
+    Pin {
+        suite: "suite",
+        config: "examples/split-fmnist.toml",
+        cell: "split-fmnist_stream-split",
+        row: None,
+        acc: 0.1992,
+    },
+    Pin {
+        suite: "suite",
+        config: "bench/suite/ewc.toml",
+        cell: "ewc_stream-split",
+        row: None,
+        acc: 0.1989,
+    },
+    Pin {
+        suite: "suite-cnn",
+        config: "examples/cnn/split-fmnist-replay.toml",
+        cell: "split-fmnist-replay_stream-split",
+        row: Some([0.8515, 0.8345, 0.8855, 0.772, 0.95]),
+        acc: 0.8587,
+    },
+];
+
+/// Runs `pin.config` and holds it to the pin within ±0.02 per task and ±0.01 for ACC: far above
+/// the seed-to-seed spread of one machine (0.003 for the MLP recipe), and enough for the last
+/// bits that summation order changes between machines. A change that moves one of them past
+/// that is a change of the recipe's figures: rerun `bench/suite.sh`, and move the pins with it.
+fn holds_to(pin: &Pin, dir: &Path) {
     let (row, acc) = final_row(
-        &root().join("examples/split-fmnist-replay.toml"),
-        &d.path().join("replay"),
+        &root().join(pin.config),
+        &dir.join(pin.config.replace('/', "_")),
     );
-    let pinned = PINNED_REPLAY_ROW;
-    for (t, (got, want)) in row.iter().zip(pinned).enumerate() {
+    for (t, (got, want)) in row.iter().zip(pin.row.iter().flatten()).enumerate() {
         assert!(
             (got - want).abs() <= 0.02,
-            "task {t}: {got} against the pinned {want} ({row:?})"
+            "{}: task {t}: {got} against the pinned {want} ({row:?})",
+            pin.config
         );
     }
-    assert!((acc - PINNED_REPLAY_ACC).abs() <= 0.01, "replay ACC {acc}");
-    for (config, want) in [
-        ("examples/split-fmnist.toml", PINNED_NAIVE_ACC),
-        ("bench/suite/ewc.toml", PINNED_EWC_ACC),
-    ] {
-        let (_, acc) = final_row(
-            &root().join(config),
-            &d.path().join(config.replace('/', "_")),
-        );
-        assert!(
-            (acc - want).abs() <= 0.01,
-            "{config}: ACC {acc} against the pinned {want}"
-        );
+    assert!(
+        (acc - pin.acc).abs() <= 0.01,
+        "{}: ACC {acc} against the pinned {}",
+        pin.config,
+        pin.acc
+    );
+}
+
+/// The MLP replay recipe's accuracy on each task after the last one, and the class-incremental
+/// ACC of naive fine-tuning and of EWC, as pinned.
+#[test]
+fn the_replay_recipe_naive_and_ewc_give_their_pinned_figures() {
+    suite_pins_hold("suite");
+}
+
+/// Every pin of suite `suite` holds ([`holds_to`]).
+fn suite_pins_hold(suite: &str) {
+    let _ = fmnist_dir();
+    let d = tempfile::tempdir().unwrap();
+    for pin in PINS.iter().filter(|p| p.suite == suite) {
+        holds_to(pin, d.path());
     }
 }
 
-/// The figures `the_replay_recipe_naive_and_ewc_give_their_pinned_figures` holds the runs to
-/// (seed 0 of the suite's `split` stream, book/src/figures/suite.json).
-const PINNED_REPLAY_ROW: [f64; 5] = [0.874, 0.782, 0.7905, 0.733, 0.9525];
-const PINNED_REPLAY_ACC: f64 = 0.8264;
-const PINNED_NAIVE_ACC: f64 = 0.1992;
-const PINNED_EWC_ACC: f64 = 0.1989;
-
-/// The pins are the committed suite output's seed-0 runs.
+/// The CNN replay recipe, the one that meets the Split-FMNIST goal (ACC ≥ 0.85 with retention
+/// ≥ 0.92 at 500 samples and 1 epoch), gives its pinned figures (a test of its own, so that it
+/// runs beside the MLP's).
 #[test]
-fn the_pins_are_the_suite_s_seed_0_figures() {
-    let j = suite_json();
-    let run = |cell: &str| -> Value {
-        j["runs"]
+fn the_cnn_recipe_gives_its_pinned_figures() {
+    suite_pins_hold("suite-cnn");
+}
+
+/// The pins are the committed suites' seed-0 runs.
+#[test]
+fn the_pins_are_the_suites_seed_0_figures() {
+    for pin in &PINS {
+        let j = suite_json(pin.suite);
+        let r = j["runs"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|r| r["cell"] == cell && r["seed"] == 0)
-            .unwrap_or_else(|| panic!("no seed-0 run of {cell} in suite.json"))
-            .clone()
-    };
-    let r = run("split-fmnist-replay_stream-split");
-    let row: Vec<f64> = r["accuracy_matrix"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
-    for (a, b) in row.iter().zip(PINNED_REPLAY_ROW) {
-        assert!((a - b).abs() < 5e-5, "{row:?} vs {PINNED_REPLAY_ROW:?}");
-    }
-    for (cell, pin) in [
-        ("split-fmnist-replay_stream-split", PINNED_REPLAY_ACC),
-        ("split-fmnist_stream-split", PINNED_NAIVE_ACC),
-        ("ewc_stream-split", PINNED_EWC_ACC),
-    ] {
-        let acc = run(cell)["acc"].as_f64().unwrap();
-        assert!((acc - pin).abs() < 5e-5, "{cell}: {acc} vs the pin {pin}");
+            .find(|r| r["cell"] == pin.cell && r["seed"] == 0)
+            .unwrap_or_else(|| panic!("no seed-0 run of {} in {}.json", pin.cell, pin.suite));
+        let row: Vec<f64> = r["accuracy_matrix"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        for (a, b) in row.iter().zip(pin.row.iter().flatten()) {
+            assert!(
+                (a - b).abs() < 5e-5,
+                "{}: {row:?} vs {:?}",
+                pin.cell,
+                pin.row
+            );
+        }
+        let acc = r["acc"].as_f64().unwrap();
+        assert!(
+            (acc - pin.acc).abs() < 5e-5,
+            "{} of {}: {acc} vs the pin {}",
+            pin.cell,
+            pin.suite,
+            pin.acc
+        );
     }
 }
 
-/// Both suite files expand and every run's config checks (keys, strategies, data), as
-/// `engram sweep validate` does, so the suite cannot rot between its (long) runs.
+/// Every suite file expands and every run's config checks (keys, strategies, data), as
+/// `engram sweep validate` does, so the suites cannot rot between their (long) runs.
 #[test]
 fn the_suite_files_validate() {
-    for (file, runs) in [("bench/suite.toml", 195), ("bench/suite-quick.toml", 52)] {
+    for (file, runs) in [
+        ("bench/suite.toml", 195),
+        ("bench/suite-quick.toml", 52),
+        ("bench/suite-cnn.toml", 48),
+    ] {
         let (code, msg) = run(&[
             "sweep",
             "validate",
