@@ -66,6 +66,15 @@ pub fn cells(dir: &Path) -> Result<(Manifest, Vec<Cell>, Vec<serde_json::Value>)
                 serde_json::json!(rep.task_il_metrics.as_ref().and_then(|m| m.acc));
             entry["accuracy_matrix"] = serde_json::json!(rep.accuracy_matrix);
             entry["task_il_accuracy_matrix"] = serde_json::json!(rep.task_il_accuracy_matrix);
+            // The tasks the run warned about as no better than chance right after training.
+            let mut at_chance: Vec<usize> = rep
+                .events
+                .iter()
+                .filter(|e| e.kind == "at-chance")
+                .map(|e| e.task)
+                .collect();
+            at_chance.dedup();
+            entry["at_chance"] = serde_json::json!(at_chance);
             cells[k].done.push(r.name.clone());
             reports[k].push(rep);
         } else {
@@ -100,8 +109,9 @@ fn stat_json(s: &Option<Stat>) -> serde_json::Value {
 /// "metrics": {"acc": {"mean", "std"}, "bwt", "forgetting", "fwt", "retention", "task_il_acc",
 /// "time_s", "peak_mib", "params_k"}}], "runs": [{"name", "cell", "seed", "status", "acc",
 /// "bwt", "forgetting", "retention", "task_il_acc", "accuracy_matrix",
-/// "task_il_accuracy_matrix"}]}` (`task_il_acc` and `task_il_accuracy_matrix`: the task-IL
-/// view, `null` except for class-incremental runs); fractions for the metrics, seconds,
+/// "task_il_accuracy_matrix", "at_chance"}]}` (`task_il_acc` and `task_il_accuracy_matrix`: the
+/// task-IL view, `null` except for class-incremental runs; `at_chance`: the tasks the run's
+/// report warned about as no better than chance right after training on them); fractions for the metrics, seconds,
 /// MiB and thousands of parameters for the rest; `std` is the sample standard deviation over
 /// seeds (`null` for one seed). `sweep.csv`: one row per cell, the axis values and
 /// `<metric>_mean`, `<metric>_std` columns.

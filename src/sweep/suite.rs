@@ -9,7 +9,13 @@
 //! - plasticity: right after training on task `t`, the recipe's accuracy on `t` against naive
 //!   fine-tuning's, in the task-IL view (logits restricted to `t`'s classes; the accuracy
 //!   matrix itself where a stream has no class-IL head to restrict, task- and
-//!   domain-incremental): the worst gap over tasks and seeds, naive's minus the recipe's.
+//!   domain-incremental): the worst gap over tasks and seeds, naive's minus the recipe's
+//!   (positive: below naive).
+//!
+//! A view the goal does not judge is shown beside it: the runs whose class-IL accuracy on a
+//! task right after training on it was no better than chance (the trainer's `at-chance`
+//! warning). Such a run's retention divides by a near-zero diagonal; its cell's retention is
+//! marked `†`.
 //!
 //! The roles are the configs' file stems: [`RECIPE`], [`PLAIN_REPLAY`], [`NAIVE`]. The same
 //! function renders the book's tables from the committed `sweep.json` of the last full run, and
@@ -54,6 +60,76 @@ fn diagonal(run: &serde_json::Value) -> Option<Vec<f64>> {
         matrix("task_il_accuracy_matrix").as_ref(),
         accuracy.len(),
     )
+}
+
+/// The tasks run `run` warned about as no better than chance right after training on them
+/// (`sweep.json`'s `at_chance`; none for a sweep written before it had that field).
+fn at_chance(run: &serde_json::Value) -> Vec<usize> {
+    run["at_chance"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.as_u64().map(|t| t as usize))
+        .collect()
+}
+
+/// The finished runs of cell `cell`.
+fn runs_of<'a>(sweep: &'a serde_json::Value, cell: &str) -> Vec<&'a serde_json::Value> {
+    sweep["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| text(r, "cell") == cell && r["accuracy_matrix"].is_array())
+        .collect()
+}
+
+/// Whether a run of `cell` had an old task (not its last) at chance right after training on
+/// it: its retention is then no share kept (the report's `retention_note`).
+fn retention_flagged(sweep: &serde_json::Value, cell: &str) -> bool {
+    runs_of(sweep, cell).iter().any(|r| {
+        let tasks = r["accuracy_matrix"].as_array().map_or(0, Vec::len);
+        at_chance(r).iter().any(|&t| t + 1 < tasks)
+    })
+}
+
+/// `config`'s runs on `stream` with a task at chance right after training on it, as
+/// `task 3 (seeds 0, 2)`, one entry per task; `none` when no run has one; `–` when the runs
+/// predate `sweep.json`'s `at_chance`.
+pub fn at_chance_summary(sweep: &serde_json::Value, stream: &str, config: &str) -> String {
+    let Some(cell) = sweep["cells"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| text(&c["axes"], STREAM) == stream && text(&c["axes"], "config") == config)
+        .map(|c| text(c, "cell").to_string())
+    else {
+        return "–".into();
+    };
+    let runs = runs_of(sweep, &cell);
+    if runs.is_empty() || runs.iter().any(|r| r.get("at_chance").is_none()) {
+        return "–".into();
+    }
+    let mut by_task: std::collections::BTreeMap<usize, Vec<u64>> = Default::default();
+    for r in runs {
+        for t in at_chance(r) {
+            by_task
+                .entry(t)
+                .or_default()
+                .push(r["seed"].as_u64().unwrap_or(0));
+        }
+    }
+    if by_task.is_empty() {
+        return "none".into();
+    }
+    by_task
+        .iter()
+        .map(|(t, seeds)| {
+            let s: Vec<String> = seeds.iter().map(u64::to_string).collect();
+            let word = if seeds.len() == 1 { "seed" } else { "seeds" };
+            format!("task {t} ({word} {})", s.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The streams of a suite's `sweep.json`, in grid order.
@@ -167,9 +243,10 @@ pub fn stream_table(sweep: &serde_json::Value, stream: &str) -> String {
         let _ = write!(head, " {h} |");
         rule.push_str("---:|");
     }
-    head.push_str(" worst new task vs naive |");
+    head.push_str(" new task below naive (worst) |");
     rule.push_str("---:|");
     let _ = writeln!(s, "{head}\n{rule}");
+    let mut flagged = false;
     for c in sweep["cells"]
         .as_array()
         .into_iter()
@@ -185,7 +262,12 @@ pub fn stream_table(sweep: &serde_json::Value, stream: &str) -> String {
         };
         let mut line = format!("| {} | {seeds} |", text(&c["axes"], "config"));
         for (k, _, d) in COLUMNS {
-            let v = Stat::from_aggregate(&c["metrics"][k]).map_or("–".into(), |st| st.format(d));
+            let mut v =
+                Stat::from_aggregate(&c["metrics"][k]).map_or("–".into(), |st| st.format(d));
+            if k == "retention" && v != "–" && retention_flagged(sweep, text(c, "cell")) {
+                v.push_str(" †");
+                flagged = true;
+            }
             let _ = write!(line, " {v} |");
         }
         let config = text(&c["axes"], "config");
@@ -193,13 +275,21 @@ pub fn stream_table(sweep: &serde_json::Value, stream: &str) -> String {
         let gap = match worst_gap(sweep, stream, config) {
             _ if config == NAIVE || c["metrics"]["bwt"].is_null() => "–".to_string(),
             Some((g, t, seed)) if g > crate::report::PLASTICITY_GAP => {
-                format!("**{g:+.3}** (task {t}, seed {seed})")
+                format!("**{g:.3}** (task {t}, seed {seed})")
             }
-            Some((g, _, _)) => format!("{g:+.3}"),
+            Some((g, _, _)) => format!("{g:.3}"),
             None => "–".to_string(),
         };
         let _ = write!(line, " {gap} |");
         let _ = writeln!(s, "{line}");
+    }
+    if flagged {
+        let _ = writeln!(
+            s,
+            "\n† A seed had an old task no better than chance (class-IL) right after training on \
+             it: retention divides by that diagonal and is no share kept; read BWT and \
+             forgetting."
+        );
     }
     s
 }
@@ -210,7 +300,7 @@ pub fn goals_table(sweep: &serde_json::Value) -> String {
     let _ = writeln!(s, "### Goals on every stream\n");
     let _ = writeln!(
         s,
-        "| stream | `{RECIPE}` ACC | `{PLAIN_REPLAY}` ACC | recipe ≥ plain | worst new task vs naive | holds |\n|---|---:|---:|---|---:|---|"
+        "| stream | `{RECIPE}` ACC | `{PLAIN_REPLAY}` ACC | recipe ≥ plain | new task below naive (worst, task-IL) | holds | class-IL at chance right after (not judged) |\n|---|---:|---:|---|---:|---|---|"
     );
     let f = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.4}"));
     for g in goals(sweep) {
@@ -220,15 +310,16 @@ pub fn goals_table(sweep: &serde_json::Value) -> String {
             _ => "–",
         };
         let gap = g.worst_gap.map_or("–".into(), |(v, t, seed)| {
-            format!("{v:+.3} (task {t}, seed {seed})")
+            format!("{v:.3} (task {t}, seed {seed})")
         });
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {ge} | {gap} | {} |",
+            "| {} | {} | {} | {ge} | {gap} | {} | {} |",
             g.stream,
             f(g.recipe_acc),
             f(g.plain_acc),
-            if g.holds() { "yes" } else { "no" }
+            if g.holds() { "yes" } else { "no" },
+            at_chance_summary(sweep, &g.stream, RECIPE)
         );
     }
     s
@@ -276,16 +367,25 @@ mod tests {
             serde_json::json!({
                 "cell": name, "axes": {"config": config, "stream": "s"},
                 "runs": [format!("{name}/seed-0"), format!("{name}/seed-1")], "unfinished": [],
-                "metrics": {"acc": {"mean": acc, "std": 0.01}, "bwt": {"mean": -0.1, "std": null}, "time_s": {"mean": 2.0, "std": null}},
+                "metrics": {"acc": {"mean": acc, "std": 0.01}, "bwt": {"mean": -0.1, "std": null}, "retention": {"mean": 0.9, "std": null}, "time_s": {"mean": 2.0, "std": null}},
             })
         };
-        let sweep = serde_json::json!({
+        // The recipe's seed 0 warned that task 0 was at chance right after training on it (an
+        // old task: its cell's retention is flagged); naive's seed 1 warned about its last task
+        // (not an old one: no flag).
+        let mut a0 = run("a", 0, [0.90, 0.80]);
+        a0["at_chance"] = serde_json::json!([0]);
+        let mut c1 = run("c", 1, [0.96, 0.97]);
+        c1["at_chance"] = serde_json::json!([1]);
+        let mut c0 = run("c", 0, [0.99, 0.90]);
+        c0["at_chance"] = serde_json::json!([]);
+        let mut sweep = serde_json::json!({
             "cells": [cell("a", RECIPE, 0.8), cell("b", PLAIN_REPLAY, 0.75), cell("c", NAIVE, 0.2)],
-            "runs": [
-                run("a", 0, [0.90, 0.80]), run("a", 1, [0.95, 0.97]),
-                run("c", 0, [0.99, 0.90]), run("c", 1, [0.96, 0.97]),
-            ],
+            "runs": [a0, run("a", 1, [0.95, 0.97]), c0, c1],
         });
+        // A sweep.json from before `at_chance`: unknown, not "none".
+        assert_eq!(at_chance_summary(&sweep, "s", RECIPE), "–");
+        sweep["runs"][1]["at_chance"] = serde_json::json!([]);
         let g = goals(&sweep);
         assert_eq!(g.len(), 1);
         assert_eq!((g[0].recipe_acc, g[0].plain_acc), (Some(0.8), Some(0.75)));
@@ -301,26 +401,32 @@ mod tests {
         assert!(md.contains("### s\n"), "{md}");
         assert!(
             md.contains(&format!(
-                "| {RECIPE} | 2 | 0.8000 ± 0.0100 | -0.1000 | – | – | – | 2.0 | – | **+0.100** (task 1, seed 0) |"
+                "| {RECIPE} | 2 | 0.8000 ± 0.0100 | -0.1000 | – | 0.9000 † | – | 2.0 | – | **0.100** (task 1, seed 0) |"
             )),
             "{md}"
         );
         // Plain replay has no finished run to compare; naive is the reference.
         assert!(
             md.contains(&format!(
-                "| {PLAIN_REPLAY} | 2 | 0.7500 ± 0.0100 | -0.1000 | – | – | – | 2.0 | – | – |"
+                "| {PLAIN_REPLAY} | 2 | 0.7500 ± 0.0100 | -0.1000 | – | 0.9000 | – | 2.0 | – | – |"
             )),
             "{md}"
         );
         assert!(
             md.contains(&format!(
-                "| {NAIVE} | 2 | 0.2000 ± 0.0100 | -0.1000 | – | – | – | 2.0 | – | – |"
+                "| {NAIVE} | 2 | 0.2000 ± 0.0100 | -0.1000 | – | 0.9000 | – | 2.0 | – | – |"
             )),
             "{md}"
         );
         assert!(
-            md.contains("| s | 0.8000 | 0.7500 | yes | +0.100 (task 1, seed 0) | no |"),
+            md.contains(
+                "| s | 0.8000 | 0.7500 | yes | 0.100 (task 1, seed 0) | no | task 0 (seed 0) |"
+            ),
             "{md}"
         );
+        assert!(md.contains("\n† A seed had an old task"), "{md}");
+        assert_eq!(at_chance_summary(&sweep, "s", NAIVE), "task 1 (seed 1)");
+        // Plain replay has no finished run.
+        assert_eq!(at_chance_summary(&sweep, "s", PLAIN_REPLAY), "–");
     }
 }
