@@ -170,16 +170,13 @@ fn every_include_anchor_and_link_resolves() {
             };
             match sel.as_deref() {
                 None => {}
+                // A line range silently shows other lines once the file above it changes
+                // (the suite chapter showed three of its five streams that way).
                 Some(sel) if sel.chars().next().is_some_and(|c| c.is_ascii_digit()) => {
-                    let lines = text.lines().count();
-                    for n in sel.split(':').filter(|s| !s.is_empty()) {
-                        match n.parse::<usize>() {
-                            Ok(n) if n >= 1 && n <= lines => {}
-                            _ => broken.push(format!(
-                                "{name}: include `{path}:{sel}`: line {n} is not in 1..={lines}"
-                            )),
-                        }
-                    }
+                    broken.push(format!(
+                        "{name}: include `{path}:{sel}` by line numbers: mark the lines with \
+                         `ANCHOR: name` / `ANCHOR_END: name` and include `{path}:name`"
+                    ));
                 }
                 Some(anchor) => {
                     let start = text.contains(&format!("ANCHOR: {anchor}\n"));
