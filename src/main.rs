@@ -51,7 +51,7 @@ enum Command {
         /// class, column: predicted class, in samples) and each class's recall.
         #[arg(long)]
         confusion: bool,
-        /// Evaluate on this device (cpu, vulkan or cuda) instead of the run's.
+        /// Evaluate on this device (cpu, cuda, vulkan or cubecl-cpu; the last three need their build features) instead of the run's.
         #[arg(long)]
         device: Option<String>,
     },
@@ -62,7 +62,7 @@ enum Command {
         /// The safetensors file to write.
         #[arg(long)]
         safetensors: PathBuf,
-        /// Load the checkpoint on this device (cpu, vulkan or cuda) instead of the run's.
+        /// Load the checkpoint on this device (cpu, cuda, vulkan or cubecl-cpu; the last three need their build features) instead of the run's.
         #[arg(long)]
         device: Option<String>,
     },
@@ -71,7 +71,7 @@ enum Command {
     Resume {
         /// The run's output directory.
         out: PathBuf,
-        /// Continue on this device (cpu, vulkan or cuda) instead of the one the run started
+        /// Continue on this device (cpu, cuda, vulkan or cubecl-cpu; the last three need their build features) instead of the one the run started
         /// on; the result is the same run.
         #[arg(long)]
         device: Option<String>,
@@ -192,7 +192,7 @@ struct RunArgs {
     /// Output directory (default: `[run] out`, else `runs/<config name>`).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Device: cpu, vulkan or cuda (overrides `[run] device`).
+    /// Device: cpu, cuda, vulkan or cubecl-cpu (overrides `[run] device`; the last three need their build features).
     #[arg(long)]
     device: Option<String>,
     /// Seed (overrides `[run] seed`).
@@ -249,7 +249,7 @@ enum DataCommand {
 #[derive(Subcommand)]
 enum BenchCommand {
     /// Peak memory and step time of the memory strategies (standard, checkpoint, amp,
-    /// checkpoint+amp) on one model.
+    /// checkpoint+amp, and op-level checkpointing alone and with segments) on one model.
     Memory {
         /// The model: `vit` (8 encoder blocks of width 128) or `mlp` (16 blocks of 256).
         #[arg(long, default_value = "vit")]
@@ -489,6 +489,16 @@ fn dispatch(cli: &Cli) -> Result<()> {
                 return Err(Error::Usage(format!(
                     "--safetensors {}: that is a file of the run itself; write the export elsewhere",
                     safetensors.display()
+                )));
+            }
+            if let Some(parent) = safetensors.parent()
+                && !parent.as_os_str().is_empty()
+                && !parent.is_dir()
+            {
+                return Err(Error::Usage(format!(
+                    "--safetensors {}: the directory {} does not exist; create it first",
+                    safetensors.display(),
+                    parent.display()
                 )));
             }
             let (_, model, _) =
@@ -739,8 +749,9 @@ fn dispatch(cli: &Cli) -> Result<()> {
 }
 
 /// Parses a sweep file and checks every run's config as `engram validate` does (each error
-/// placed at the axis value that caused it, or in the base config); returns the sweep.
-fn validated_sweep(registry: &Registry, file: &Path) -> Result<engram::sweep::Sweep> {
+/// placed at the axis value that caused it, or in the base config); returns the sweep. A grid
+/// of over 50 runs says so first on standard error, unless `quiet`.
+fn validated_sweep(registry: &Registry, file: &Path, quiet: bool) -> Result<engram::sweep::Sweep> {
     let sweep = engram::sweep::Sweep::load(file)?;
     for (config, offset) in &sweep.configs {
         if !config.is_file() {
@@ -752,7 +763,7 @@ fn validated_sweep(registry: &Registry, file: &Path) -> Result<engram::sweep::Sw
         }
     }
     let grid = sweep.grid();
-    if grid.len() > 50 {
+    if grid.len() > 50 && !quiet {
         eprintln!("engram: checking the {} runs of the grid…", grid.len());
     }
     let mut errors: Vec<Error> = Vec::new();
@@ -820,7 +831,8 @@ fn bench_suite(
             file.display()
         )));
     }
-    let sweep = validated_sweep(registry, &file)?;
+    // Parsed here for its axes and directory; `sweep run` below checks every run's config.
+    let sweep = engram::sweep::Sweep::load(&file)?;
     if !sweep
         .axes
         .iter()
@@ -834,6 +846,10 @@ fn bench_suite(
     }
     let dir = sweep_out(&sweep, &out.map(Path::to_path_buf));
     let ran = sweep_run_cmd(cli, registry, &file, Some(dir.clone()), jobs, None);
+    if ran.is_err() && !dir.join("sweep.json").is_file() {
+        // Refused before any run (a config that does not check): that error, not a missing file.
+        return ran;
+    }
     let bytes =
         std::fs::read(dir.join("sweep.json")).map_err(|e| Error::io(dir.join("sweep.json"), e))?;
     let json: serde_json::Value =
@@ -873,7 +889,7 @@ fn sweep(cli: &Cli, registry: &Registry, command: &SweepCommand) -> Result<()> {
     let exe = std::env::current_exe().map_err(|e| Error::Other(format!("current_exe: {e}")))?;
     match command {
         SweepCommand::Validate { sweep: file } => {
-            let sweep = validated_sweep(registry, file)?;
+            let sweep = validated_sweep(registry, file, cli.quiet)?;
             let grid = sweep.grid();
             if !cli.quiet {
                 for (i, r) in grid.iter().enumerate() {
@@ -902,7 +918,7 @@ fn sweep(cli: &Cli, registry: &Registry, command: &SweepCommand) -> Result<()> {
                     "sweep run: --jobs and --threads must be at least 1".into(),
                 ));
             }
-            let sweep = validated_sweep(registry, file)?;
+            let sweep = validated_sweep(registry, file, cli.quiet)?;
             let dir = sweep_out(&sweep, out);
             let manifest = sweep.manifest(&cli.plugins);
             manifest.install(&dir, &sweep.source)?;
@@ -969,7 +985,7 @@ fn sweep(cli: &Cli, registry: &Registry, command: &SweepCommand) -> Result<()> {
             out,
             print,
         } => {
-            let sweep = validated_sweep(registry, file)?;
+            let sweep = validated_sweep(registry, file, cli.quiet)?;
             let dir = std::path::absolute(sweep_out(&sweep, out))
                 .map_err(|e| Error::Other(format!("--out: {e}")))?;
             let manifest = sweep.manifest(&cli.plugins);
@@ -1128,11 +1144,25 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
     let claim = engram::outdir::claim(&out, args.overwrite)?;
     let target = claim.target.clone();
     if claim.replaces.is_some() && !cli.quiet {
-        eprintln!(
-            "engram: {} holds a run; this one works in {} and replaces it when it finishes",
-            out.display(),
-            target.display()
-        );
+        // A run of another config file in the same directory (two configs of one stem) is
+        // named, so that replacing it is never a surprise.
+        let held = engram::core::train::manifest::RunManifest::read(&out).map(|m| m.config);
+        let mine = std::path::absolute(&args.config).unwrap_or_else(|_| args.config.clone());
+        match held {
+            Some(other) if other != mine => eprintln!(
+                "engram: {} holds a run of another config, {}; this one ({}) works in {} and \
+                 replaces it when it finishes (pass --out to keep both)",
+                out.display(),
+                other.display(),
+                args.config.display(),
+                target.display()
+            ),
+            _ => eprintln!(
+                "engram: {} holds a run; this one works in {} and replaces it when it finishes",
+                out.display(),
+                target.display()
+            ),
+        }
     }
     let dirs: Vec<PathBuf> = configs
         .iter()
