@@ -59,7 +59,7 @@ cat >"$DIR/bin/llvm-config.tmp" <<EOF
 # Written by engram's scripts/setup-cuda-build.sh: Debian's llvm-config, with absolute library
 # paths (/usr/lib/x86_64-linux-gnu/libz3.so) rewritten to -l flags (-lz3) for tracel-llvm-bundler.
 out=\$($LLVM/bin/llvm-config "\$@") || exit \$?
-printf '%s\n' "\$out" | sed -E 's#(^| )/[^ ]*/lib([^ /]+)\.(so|a)( |\$)#\1-l\2\4#g'
+printf '%s\n' "\$out" | sed -E ':a; s#(^| )/[^ ]*/lib([^ /]+)\.(so|a)( |\$)#\1-l\2\4#; ta'
 EOF
 chmod +x "$DIR/bin/llvm-config.tmp"
 mv -f "$DIR/bin/llvm-config.tmp" "$DIR/bin/llvm-config"
@@ -68,4 +68,4 @@ touch "$DIR/.tracel-llvm-installed"
 libs=$("$DIR/bin/llvm-config" --link-static --system-libs)
 case "$libs" in */*) echo "setup-cuda-build: the wrapper left a path in: $libs" >&2; exit 1 ;; esac
 echo "setup-cuda-build: $DIR now serves LLVM $("$DIR/bin/llvm-config" --version) from $LLVM (system libs: $libs)"
-echo "  build: CARGO_TARGET_DIR=target/cuda cargo build --release --features cuda"
+echo "  build: CARGO_TARGET_DIR=target/cuda cargo build --release --features cuda   (cuda,vulkan: also --device vulkan)"

@@ -693,6 +693,26 @@ mod tests {
             Some("did you mean `lambda`?")
         );
         assert_eq!(hint_for("something else"), None);
+        assert!(
+            hint_for("missing field `data`")
+                .unwrap()
+                .starts_with("add `data`")
+        );
+        assert!(
+            hint_for("duplicate key `forgetting`")
+                .unwrap()
+                .contains("[[forgetting]]")
+        );
+        assert!(
+            hint_for("invalid float, expected nothing")
+                .unwrap()
+                .contains("0.025")
+        );
+        assert!(
+            hint_for("missing comma between array elements, expected `,`")
+                .unwrap()
+                .contains("its `]`")
+        );
     }
 
     #[test]

@@ -148,6 +148,35 @@ pub(crate) fn hint_for(message: &str) -> Option<String> {
                 .into(),
         );
     }
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        let field = rest.split('`').next()?;
+        return Some(format!(
+            "add `{field}`; examples/split-fmnist.toml is a complete config to start from"
+        ));
+    }
+    // TOML syntax.
+    if message.starts_with("duplicate key") {
+        return Some(
+            "each key once per table; a further strategy is another [[forgetting]], \
+             [[memory]] or [[scheduler]] entry (double brackets), not a second [forgetting]"
+                .into(),
+        );
+    }
+    if message.starts_with("invalid float")
+        || message.starts_with("invalid integer")
+        || message.starts_with("invalid number")
+    {
+        return Some("write a number such as 0.025, 1e-3 or 400".into());
+    }
+    if message.starts_with("missing comma between array elements")
+        || message.starts_with("unclosed array")
+    {
+        return Some(
+            "a list is [a, b]: check that the `[` on this line or the one before has its `]`, \
+             and that its items are separated by commas"
+                .into(),
+        );
+    }
     let quoted: Vec<&str> = message.split('`').skip(3).step_by(2).collect();
     if let Some(rest) = message.strip_prefix("unknown field `") {
         let field = rest.split('`').next()?;
@@ -191,7 +220,17 @@ pub(crate) fn hint_for(message: &str) -> Option<String> {
 }
 
 pub(crate) fn toml_error(file: &Path, src: &str, err: &toml::de::Error) -> Error {
-    let message = err.message().trim().to_string();
+    let mut message = err.message().trim().to_string();
+    // The parser does not name the repeated key: its span does.
+    if message == "duplicate key"
+        && let Some(key) = err
+            .span()
+            .and_then(|s| src.get(s))
+            .map(|k| k.trim().trim_matches(['[', ']']).trim())
+            .filter(|k| !k.is_empty() && !k.contains('\n'))
+    {
+        message = format!("duplicate key `{key}`");
+    }
     let hint = hint_for(&message);
     positioned(file, src, err.span().map_or(0, |s| s.start), message, hint)
 }
