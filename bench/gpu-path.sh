@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
     *) echo "usage: bench/gpu-path.sh [--bin ENGRAM] [--device D] [--out DIR]" >&2; exit 2 ;;
   esac
 done
-[ -x "$BIN" ] || { echo "gpu-path: no binary at $BIN (build: scripts/setup-cuda-build.sh, then CARGO_TARGET_DIR=target/cuda cargo build --release --features cuda)" >&2; exit 2; }
+[ -x "$BIN" ] || { echo "gpu-path: no binary at $BIN (build: scripts/setup-cuda-build.sh, then CARGO_TARGET_DIR=target/cuda cargo build --release --features cuda,vulkan; --features cuda serves --device cuda only)" >&2; exit 2; }
 rm -rf "$OUT"; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)  # the paths below are taken as given, from any directory
 results="$OUT/results.jsonl"; : >"$results"
 fails=0

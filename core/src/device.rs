@@ -103,7 +103,7 @@ fn vulkan() -> Result<Device, String> {
 
 #[cfg(not(feature = "vulkan"))]
 fn vulkan() -> Result<Device, String> {
-    Err("this binary was built without Vulkan; rebuild with `cargo build --release --features vulkan` (or `cuda,vulkan`)".into())
+    Err("this binary was built without Vulkan; build one beside this one with `CARGO_TARGET_DIR=target/vulkan cargo build --release --features vulkan` and run `target/vulkan/release/engram` (or `--features cuda,vulkan` in `target/cuda` after `scripts/setup-cuda-build.sh`: one build for both devices)".into())
 }
 
 #[cfg(feature = "cuda")]
@@ -113,7 +113,7 @@ fn cuda() -> Result<Device, String> {
 
 #[cfg(not(feature = "cuda"))]
 fn cuda() -> Result<Device, String> {
-    Err("this binary was built without CUDA; rebuild with `cargo build --release --features cuda` (Burn's CUDA build downloads a prebuilt LLVM the first time, unless `scripts/setup-cuda-build.sh` has prepared Debian's)".into())
+    Err("this binary was built without CUDA; build one beside this one with `CARGO_TARGET_DIR=target/cuda cargo build --release --features cuda` and run `target/cuda/release/engram` (Burn's CUDA build downloads a prebuilt LLVM the first time, unless `scripts/setup-cuda-build.sh` has prepared Debian's)".into())
 }
 
 #[cfg(feature = "cubecl-cpu")]
@@ -123,7 +123,7 @@ fn cubecl_cpu() -> Result<Device, String> {
 
 #[cfg(not(feature = "cubecl-cpu"))]
 fn cubecl_cpu() -> Result<Device, String> {
-    Err("this binary was built without CubeCL's CPU runtime; rebuild with `cargo build --release --features cubecl-cpu` (or `cuda,cubecl-cpu`) after `scripts/setup-cuda-build.sh`".into())
+    Err("this binary was built without CubeCL's CPU runtime; build one beside this one with `CARGO_TARGET_DIR=target/cuda cargo build --release --features cuda,cubecl-cpu` after `scripts/setup-cuda-build.sh`, and run `target/cuda/release/engram`".into())
 }
 
 #[cfg(test)]

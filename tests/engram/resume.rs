@@ -93,7 +93,7 @@ fn a_corrupted_checkpoint_falls_back_to_the_previous_one() {
     let (code, msg) = run(&["resume", cut.to_str().unwrap(), "-q"]);
     assert_eq!(code, 0, "{msg}");
     assert!(
-        msg.contains("skipping a damaged checkpoint") && msg.contains("checksum"),
+        msg.contains("skipping a checkpoint this run cannot use") && msg.contains("checksum"),
         "{msg}"
     );
     assert_eq!(stable(&full), stable(&cut));
@@ -183,7 +183,7 @@ fn eval_and_export_read_checkpoints() {
     let (code, msg) = run(&["eval", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{msg}");
     assert!(
-        msg.contains("warning: skipping a damaged checkpoint"),
+        msg.contains("warning: skipping a checkpoint this run cannot use"),
         "{msg}"
     );
     // The run's copy of its config must be the one the checkpoints were made with (its
@@ -317,7 +317,8 @@ fn checkpoints_that_do_not_decode_or_belong_elsewhere_are_not_used() {
     let (code, msg) = run(&["eval", cut.to_str().unwrap(), "--json"]);
     assert_eq!(code, 0, "{msg}");
     assert!(
-        msg.contains("warning: skipping a damaged checkpoint") && msg.contains("step-00000010"),
+        msg.contains("warning: skipping a checkpoint this run cannot use")
+            && msg.contains("step-00000010"),
         "{msg}"
     );
     let (code, msg) = run(&["resume", cut.to_str().unwrap(), "-q"]);

@@ -157,7 +157,8 @@ pub(crate) fn usable_checkpoint(
                         message: format!("does not decode: {other}"),
                     },
                 };
-                eprintln!("warning: skipping a damaged checkpoint: {e}");
+                // Damaged, or whole but of another config or model: the error says which.
+                eprintln!("warning: skipping a checkpoint this run cannot use: {e}");
                 first_error.get_or_insert(e);
             }
         }
