@@ -491,12 +491,24 @@ fn dispatch(cli: &Cli) -> Result<()> {
                     safetensors.display()
                 )));
             }
+            if safetensors.is_dir() {
+                return Err(Error::Usage(format!(
+                    "--safetensors {}: that is a directory; name the file to write, e.g. {}",
+                    safetensors.display(),
+                    safetensors.join("model.safetensors").display()
+                )));
+            }
             if let Some(parent) = safetensors.parent()
                 && !parent.as_os_str().is_empty()
                 && !parent.is_dir()
             {
+                let why = if parent.exists() {
+                    "is not a directory"
+                } else {
+                    "does not exist; create it first"
+                };
                 return Err(Error::Usage(format!(
-                    "--safetensors {}: the directory {} does not exist; create it first",
+                    "--safetensors {}: {} {why}",
                     safetensors.display(),
                     parent.display()
                 )));
@@ -845,9 +857,16 @@ fn bench_suite(
         )));
     }
     let dir = sweep_out(&sweep, &out.map(Path::to_path_buf));
+    let written = || {
+        std::fs::metadata(dir.join("sweep.json"))
+            .and_then(|m| m.modified())
+            .ok()
+    };
+    let before = written();
     let ran = sweep_run_cmd(cli, registry, &file, Some(dir.clone()), jobs, None);
-    if ran.is_err() && !dir.join("sweep.json").is_file() {
-        // Refused before any run (a config that does not check): that error, not a missing file.
+    if ran.is_err() && written() == before {
+        // Refused before any run (a config that does not check): that error, and no tables of
+        // an earlier sweep.json in the directory.
         return ran;
     }
     let bytes =
@@ -1151,7 +1170,7 @@ fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
         match held {
             Some(other) if other != mine => eprintln!(
                 "engram: {} holds a run of another config, {}; this one ({}) works in {} and \
-                 replaces it when it finishes (pass --out to keep both)",
+                 replaces it when it finishes (choose another --out to keep both)",
                 out.display(),
                 other.display(),
                 args.config.display(),
