@@ -709,6 +709,31 @@ mod tests {
                 .contains("0.025")
         );
         assert!(
+            hint_for("invalid exponent, expected digits")
+                .unwrap()
+                .contains("1e-3")
+        );
+        assert!(
+            hint_for("invalid basic string, expected `\"`")
+                .unwrap()
+                .contains("closing")
+        );
+        assert!(
+            hint_for("unexpected key or value, expected newline, `#`")
+                .unwrap()
+                .contains("(0.05)")
+        );
+        assert!(
+            hint_for("string values must be quoted, expected literal string")
+                .unwrap()
+                .contains("after `=`")
+        );
+        assert!(
+            hint_for("invalid type: map, expected a sequence")
+                .unwrap()
+                .contains("[[forgetting]]")
+        );
+        assert!(
             hint_for("missing comma between array elements, expected `,`")
                 .unwrap()
                 .contains("its `]`")

@@ -162,11 +162,43 @@ pub(crate) fn hint_for(message: &str) -> Option<String> {
                 .into(),
         );
     }
-    if message.starts_with("invalid float")
-        || message.starts_with("invalid integer")
-        || message.starts_with("invalid number")
+    if [
+        "invalid float",
+        "invalid integer",
+        "invalid number",
+        "invalid mantissa",
+        "invalid exponent",
+        "floating-point number overflowed",
+    ]
+    .iter()
+    .any(|p| message.starts_with(p))
     {
         return Some("write a number such as 0.025, 1e-3 or 400".into());
+    }
+    if message.starts_with("invalid basic string") || message.starts_with("invalid literal string")
+    {
+        return Some("a string needs its closing quote on the same line, e.g. \"cpu\"".into());
+    }
+    if message.starts_with("unexpected key or value") {
+        return Some(
+            "after a value the line ends (or a # comment): decimals take a point (0.05), a list \
+             takes brackets ([a, b]), and each key has its own line"
+                .into(),
+        );
+    }
+    if message.starts_with("string values must be quoted") {
+        return Some(
+            "a key needs a value after `=`: a number, true/false, a \"quoted string\" or a \
+             [list]"
+                .into(),
+        );
+    }
+    if message == "invalid type: map, expected a sequence" {
+        return Some(
+            "strategies are a list of entries: write each as [[forgetting]] or [[memory]] \
+             (double brackets), one per strategy"
+                .into(),
+        );
     }
     if message.starts_with("missing comma between array elements")
         || message.starts_with("unclosed array")
