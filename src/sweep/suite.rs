@@ -286,9 +286,9 @@ pub fn stream_table(sweep: &serde_json::Value, stream: &str) -> String {
     if flagged {
         let _ = writeln!(
             s,
-            "\n† A seed had an old task no better than chance (class-IL) right after training on \
-             it: retention divides by that diagonal and is no share kept; read BWT and \
-             forgetting."
+            "\n† A seed had an old task no better than chance right after training on it (the \
+             accuracy matrix's diagonal): retention divides by that diagonal and is no share \
+             kept; read BWT and forgetting."
         );
     }
     s
@@ -300,7 +300,7 @@ pub fn goals_table(sweep: &serde_json::Value) -> String {
     let _ = writeln!(s, "### Goals on every stream\n");
     let _ = writeln!(
         s,
-        "| stream | `{RECIPE}` ACC | `{PLAIN_REPLAY}` ACC | recipe ≥ plain | new task below naive (worst, task-IL) | holds | class-IL at chance right after (not judged) |\n|---|---:|---:|---|---:|---|---|"
+        "| stream | `{RECIPE}` ACC | `{PLAIN_REPLAY}` ACC | recipe ≥ plain | new task below naive (worst; task-IL where the stream has it) | holds | class-IL at chance right after (not judged) |\n|---|---:|---:|---|---:|---|---|"
     );
     let f = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.4}"));
     for g in goals(sweep) {
@@ -424,7 +424,10 @@ mod tests {
             ),
             "{md}"
         );
-        assert!(md.contains("\n† A seed had an old task"), "{md}");
+        assert!(
+            md.contains("\n† A seed had an old task no better than chance"),
+            "{md}"
+        );
         assert_eq!(at_chance_summary(&sweep, "s", NAIVE), "task 1 (seed 1)");
         // Plain replay has no finished run.
         assert_eq!(at_chance_summary(&sweep, "s", PLAIN_REPLAY), "–");
