@@ -73,8 +73,10 @@ pub fn cells(dir: &Path) -> Result<(Manifest, Vec<Cell>, Vec<serde_json::Value>)
                 .filter(|e| e.kind == "at-chance")
                 .map(|e| e.task)
                 .collect();
+            at_chance.sort_unstable();
             at_chance.dedup();
             entry["at_chance"] = serde_json::json!(at_chance);
+            entry["retention_note"] = serde_json::json!(rep.retention_note);
             cells[k].done.push(r.name.clone());
             reports[k].push(rep);
         } else {
@@ -109,9 +111,10 @@ fn stat_json(s: &Option<Stat>) -> serde_json::Value {
 /// "metrics": {"acc": {"mean", "std"}, "bwt", "forgetting", "fwt", "retention", "task_il_acc",
 /// "time_s", "peak_mib", "params_k"}}], "runs": [{"name", "cell", "seed", "status", "acc",
 /// "bwt", "forgetting", "retention", "task_il_acc", "accuracy_matrix",
-/// "task_il_accuracy_matrix", "at_chance"}]}` (`task_il_acc` and `task_il_accuracy_matrix`: the
-/// task-IL view, `null` except for class-incremental runs; `at_chance`: the tasks the run's
-/// report warned about as no better than chance right after training on them); fractions for the metrics, seconds,
+/// "task_il_accuracy_matrix", "at_chance", "retention_note"}]}` (`task_il_acc` and
+/// `task_il_accuracy_matrix`: the task-IL view, `null` except for class-incremental runs;
+/// `at_chance`: the tasks the run's report warned about as no better than chance right after
+/// training on them; `retention_note`: the report's, or `null`); fractions for the metrics, seconds,
 /// MiB and thousands of parameters for the rest; `std` is the sample standard deviation over
 /// seeds (`null` for one seed). `sweep.csv`: one row per cell, the axis values and
 /// `<metric>_mean`, `<metric>_std` columns.

@@ -14,8 +14,8 @@
 //!
 //! A view the goal does not judge is shown beside it: the runs whose class-IL accuracy on a
 //! task right after training on it was no better than chance (the trainer's `at-chance`
-//! warning). Such a run's retention divides by a near-zero diagonal; its cell's retention is
-//! marked `†`.
+//! warning). A run whose report has a `retention_note` (such a task was an old one, so its
+//! retention divides by a near-zero diagonal) marks its cell's retention `†`.
 //!
 //! The roles are the configs' file stems: [`RECIPE`], [`PLAIN_REPLAY`], [`NAIVE`]. The same
 //! function renders the book's tables from the committed `sweep.json` of the last full run, and
@@ -62,6 +62,19 @@ fn diagonal(run: &serde_json::Value) -> Option<Vec<f64>> {
     )
 }
 
+/// The cell of `config` on `stream`.
+fn cell_of<'a>(
+    sweep: &'a serde_json::Value,
+    stream: &str,
+    config: &str,
+) -> Option<&'a serde_json::Value> {
+    sweep["cells"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| text(&c["axes"], STREAM) == stream && text(&c["axes"], "config") == config)
+}
+
 /// The tasks run `run` warned about as no better than chance right after training on them
 /// (`sweep.json`'s `at_chance`; none for a sweep written before it had that field).
 fn at_chance(run: &serde_json::Value) -> Vec<usize> {
@@ -83,29 +96,22 @@ fn runs_of<'a>(sweep: &'a serde_json::Value, cell: &str) -> Vec<&'a serde_json::
         .collect()
 }
 
-/// Whether a run of `cell` had an old task (not its last) at chance right after training on
-/// it: its retention is then no share kept (the report's `retention_note`).
+/// Whether a run of `cell` has a report's `retention_note` (an old task at chance right after
+/// training on it: its retention is then no share kept).
 fn retention_flagged(sweep: &serde_json::Value, cell: &str) -> bool {
-    runs_of(sweep, cell).iter().any(|r| {
-        let tasks = r["accuracy_matrix"].as_array().map_or(0, Vec::len);
-        at_chance(r).iter().any(|&t| t + 1 < tasks)
-    })
+    runs_of(sweep, cell)
+        .iter()
+        .any(|r| r["retention_note"].is_string())
 }
 
 /// `config`'s runs on `stream` with a task at chance right after training on it, as
 /// `task 3 (seeds 0, 2)`, one entry per task; `none` when no run has one; `–` when the runs
 /// predate `sweep.json`'s `at_chance`.
 pub fn at_chance_summary(sweep: &serde_json::Value, stream: &str, config: &str) -> String {
-    let Some(cell) = sweep["cells"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| text(&c["axes"], STREAM) == stream && text(&c["axes"], "config") == config)
-        .map(|c| text(c, "cell").to_string())
-    else {
+    let Some(cell) = cell_of(sweep, stream, config) else {
         return "–".into();
     };
-    let runs = runs_of(sweep, &cell);
+    let runs = runs_of(sweep, text(cell, "cell"));
     if runs.is_empty() || runs.iter().any(|r| r.get("at_chance").is_none()) {
         return "–".into();
     }
@@ -175,14 +181,7 @@ pub fn worst_gap(
     config: &str,
 ) -> Option<(f64, usize, u64)> {
     let runs: Vec<&serde_json::Value> = sweep["runs"].as_array().into_iter().flatten().collect();
-    let cell_name = |config: &str| {
-        sweep["cells"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| text(&c["axes"], STREAM) == stream && text(&c["axes"], "config") == config)
-            .map(|c| text(c, "cell").to_string())
-    };
+    let cell_name = |config: &str| cell_of(sweep, stream, config).map(|c| text(c, "cell"));
     let (mine, naive) = (cell_name(config)?, cell_name(NAIVE)?);
     let run = |cell: &str, seed: u64| {
         runs.iter()
@@ -194,7 +193,7 @@ pub fn worst_gap(
         let Some(seed) = r["seed"].as_u64() else {
             continue;
         };
-        let (Some(m), Some(b)) = (diagonal(r), run(&naive, seed).and_then(diagonal)) else {
+        let (Some(m), Some(b)) = (diagonal(r), run(naive, seed).and_then(diagonal)) else {
             continue;
         };
         for (t, (m, b)) in m.iter().zip(&b).enumerate() {
@@ -210,12 +209,7 @@ pub fn worst_gap(
 /// The goal figures of every stream of a suite's `sweep.json`.
 pub fn goals(sweep: &serde_json::Value) -> Vec<Goal> {
     let acc = |stream: &str, config: &str| {
-        sweep["cells"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| text(&c["axes"], STREAM) == stream && text(&c["axes"], "config") == config)
-            .and_then(|c| Stat::from_aggregate(&c["metrics"]["acc"]))
+        cell_of(sweep, stream, config).and_then(|c| Stat::from_aggregate(&c["metrics"]["acc"]))
     };
     streams(sweep)
         .into_iter()
@@ -375,6 +369,7 @@ mod tests {
         // (not an old one: no flag).
         let mut a0 = run("a", 0, [0.90, 0.80]);
         a0["at_chance"] = serde_json::json!([0]);
+        a0["retention_note"] = serde_json::json!("task(s) 0 scored no better than chance…");
         let mut c1 = run("c", 1, [0.96, 0.97]);
         c1["at_chance"] = serde_json::json!([1]);
         let mut c0 = run("c", 0, [0.99, 0.90]);
