@@ -5,9 +5,18 @@
 //! in `libengram_core.so`, and not in the binary: allocations made inside the shared library
 //! (most of Burn's) and frees made by the binary or a plugin must meet the same counters.
 
-use crate::train::memory::HeapStats;
+use serde::{Deserialize, Serialize};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Heap figures from the counting allocator, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeapStats {
+    /// Bytes allocated now.
+    pub current: u64,
+    /// Highest `current` since the last [`reset_peak`].
+    pub peak: u64,
+}
 
 static CURRENT: AtomicU64 = AtomicU64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);

@@ -4,23 +4,12 @@
 //! macro that writes one.
 
 use crate::config::ParamSource;
+pub use crate::data::{DatasetFactory, DatasetWriter};
 use crate::error::Result;
+pub use crate::strategy::BuildContext;
 use crate::strategy::{ForgettingStrategy, MemoryStrategy, Scheduler};
 use serde::Serialize;
 use std::fmt;
-
-/// What the factory knows about the run when it builds a strategy.
-#[derive(Clone, Debug, Default)]
-pub struct BuildContext {
-    /// Number of tasks in the stream.
-    pub num_tasks: usize,
-    /// Number of classes (logit width).
-    pub num_classes: usize,
-    /// Training batch size.
-    pub batch_size: usize,
-    /// The run seed.
-    pub seed: u64,
-}
 
 /// The kinds of registered component: three kinds of strategy, models, datasets and data
 /// formats.
@@ -93,13 +82,6 @@ pub type ModelFactory = fn(
     &crate::model::ModelContext,
     &burn::tensor::Device,
 ) -> Result<crate::model::Model>;
-
-/// Loads a dataset from what `[data]` says ([`crate::data::DatasetRequest`]).
-pub type DatasetFactory = fn(&crate::data::DatasetRequest<'_>) -> Result<crate::data::Dataset>;
-
-/// Writes a dataset into a new directory in a format (`engram data export`): the directory
-/// does not exist yet and is the writer's alone (the caller renames it into place).
-pub type DatasetWriter = fn(&crate::data::Dataset, &std::path::Path) -> Result<()>;
 
 /// A data format's reader and writer.
 #[derive(Clone, Copy)]

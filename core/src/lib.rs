@@ -5,22 +5,33 @@
 //!
 //! ## Layers
 //!
-//! Each layer uses only the layers above it:
+//! Each layer uses only itself and the layers above it (checked by a test, `layers.rs`, that
+//! reads every `crate::…` path of `core/src`):
 //!
 //! ```text
-//! error, fsutil, rng, alloc, device      leaves: the error enum, atomic writes, seeded streams,
-//!                                        the counting allocator, device selection
-//! config/   mod (schema) · spans · overrides · checks · params
+//! error, fsutil, rng, alloc, device, threads
+//!                                        leaves: the error enum, atomic writes, seeded streams,
+//!                                        the counting allocator (HeapStats), device selection
+//! config/   mod (schema, InitLayout) · spans · overrides · checks · params
 //!                                        the experiment file, positions in every error
-//! model/    mod (Block, Model, InputShape) · bridge · mlp · cnn · vit
-//! data/     idx · dataset · stream       datasets (Dataset, its shape and classes) and scenarios
-//! strategy/ mod (the three traits and their contexts) · standard (the plain step)
-//! component Kind (forgetting, memory, scheduler, model, dataset), Factory, Registration
+//! data/     shape (InputShape) · dataset · idx · format/ · stream · transform
+//!                                        datasets (Dataset, its shape and classes), readers,
+//!                                        `[data]`'s shape and normalisation, scenarios
+//! model/    mod (Model, ModelContext) · activation · block · params · bridge · init
+//!           · mlp · cnn · vit             an object-safe model of blocks that is a Burn module
+//! strategy/ mod (the three traits, their contexts, BuildContext) · standard (the plain step)
+//! component Kind, Factory, Registration, the declaring macros
 //! plugin    the ABI declaration, the loader's checks, Guarded (panics contained)
 //! registry  Registry: built-in lists and plugins' registrations, lookups with positions
 //! train/    manifest (run.json) · checkpoint · memory · metrics · report
 //!           trainer/ prepare · step · evaluate · mod (the loop) · resume · rundir · export
 //! ```
+//!
+//! One cycle is inherent and allowed: a component and its kinds. `component`'s factories name
+//! what they build (`Model`, `Dataset`, the strategy traits), and every built-in model,
+//! dataset, format and strategy declares its own registration in its file (one declaration a
+//! component), so `data/`, `model/` and `strategy/` name `component` (its `Registration` and
+//! macros) and nothing else below them.
 //!
 //! - [`strategy`]: the three traits — [`ForgettingStrategy`](strategy::ForgettingStrategy)
 //!   (what is learned), [`MemoryStrategy`](strategy::MemoryStrategy) (how a step fits in
@@ -57,6 +68,8 @@ pub mod data;
 pub mod device;
 pub mod error;
 pub mod fsutil;
+#[cfg(test)]
+mod layers;
 pub mod model;
 pub mod plugin;
 pub mod registry;

@@ -12,6 +12,7 @@ pub use crate::component::{
     BuildContext, DatasetFactory, Factory, Kind, ModelFactory, Registration, defaults_table,
 };
 use crate::config::{LoadedConfig, did_you_mean};
+pub use crate::data::dataset::check_dataset;
 use crate::error::{Error, Result};
 use crate::plugin::{Guarded, Plugin, PluginError, PluginInfo};
 use crate::strategy::{ForgettingStrategy, MemoryStrategy, Scheduler};
@@ -412,7 +413,7 @@ impl Registry {
 
     /// Loads the data of `cfg`'s `[data]` (its `format` reading `path`, or its registered
     /// `dataset`), `path` being `[data] path` resolved against the config's directory, and
-    /// applies `[data] shape`, `mean` and `std`.
+    /// applies `[data] shape`, `mean` and `std` ([`crate::data::transform`]).
     ///
     /// # Errors
     /// A positioned [`Error::Config`] for an unknown dataset or format and for a `shape`,
@@ -429,81 +430,13 @@ impl Registry {
             Some(ds) => (**ds).clone(),
             None => read_entry(self.data_entry(cfg)?, &d.dataset, path)?,
         };
-        if let Some(dims) = &d.shape {
-            match crate::data::format::shape_of(dims) {
-                Some(s) if s.features() == ds.input.features() => {
-                    ds.input = s;
-                    // Statistics computed for the old shape (per feature of a CSV row, say) are
-                    // computed again for the new one (per channel of the image).
-                    if crate::data::format::check_normalization(&ds.train.mean, &ds.train.std, s)
-                        .is_err()
-                    {
-                        let (mean, std) = ds.train.statistics(crate::data::format::groups(s));
-                        for split in [&mut ds.train, &mut ds.test] {
-                            split.mean.clone_from(&mean);
-                            split.std.clone_from(&std);
-                        }
-                    }
-                }
-                None => {
-                    return Err(cfg.error_at(
-                        "data",
-                        "shape",
-                        format!(
-                            "shape {dims:?}: a sample shape is [channels, height, width] (an image) or [features] (a vector), every entry above 0"
-                        ),
-                        Some(format!("for example [1, 28, 28], or [{}]", ds.input.features())),
-                    ));
-                }
-                _ => {
-                    return Err(cfg.error_at(
-                        "data",
-                        "shape",
-                        format!(
-                            "shape {dims:?} does not hold the {} values of a sample of `{}` ({})",
-                            ds.input.features(),
-                            ds.name,
-                            ds.input
-                        ),
-                        Some("give [channels, height, width] or [features] with the same number of values".into()),
-                    ));
-                }
-            }
-        }
-        match (&d.mean, &d.std) {
-            (None, None) => {}
-            (Some(m), Some(s)) => {
-                crate::data::format::check_normalization(m, s, ds.input).map_err(|e| {
-                    let key = if e.starts_with("std") { "std" } else { "mean" };
-                    cfg.error_at("data", key, e, None)
-                })?;
-                for split in [&mut ds.train, &mut ds.test] {
-                    split.mean.clone_from(m);
-                    split.std.clone_from(s);
-                }
-            }
-            (m, _) => {
-                return Err(cfg.error_at(
-                    "data",
-                    if m.is_some() { "mean" } else { "std" },
-                    "give both `mean` and `std`, or neither".into(),
-                    None,
-                ));
-            }
-        }
-        if let Err(e) =
-            crate::data::format::check_normalization(&ds.train.mean, &ds.train.std, ds.input)
-        {
-            return Err(cfg.error_at(
-                "data",
-                "shape",
-                format!(
-                    "the normalisation of `{}` does not fit its samples ({}): {e}",
-                    ds.name, ds.input
-                ),
-                Some("give `mean` and `std` per channel of the new shape".into()),
-            ));
-        }
+        crate::data::transform::apply(
+            &mut ds,
+            d.shape.as_deref(),
+            d.mean.as_deref(),
+            d.std.as_deref(),
+        )
+        .map_err(|r| cfg.error_at("data", r.key, r.message, r.hint))?;
         Ok(ds)
     }
 
@@ -674,51 +607,4 @@ fn read_entry(entry: &Entry, name: &str, path: Option<&Path>) -> Result<crate::d
     };
     check_dataset(&ds)?;
     Ok(ds)
-}
-
-/// Checks what a dataset factory returned against the [`crate::data::Dataset`] contract, so
-/// that a plugin's mistake is a message instead of a panic in the trainer: both splits have
-/// `input.features()` values per sample and one label per sample below `classes`, and there
-/// are `classes` names.
-///
-/// # Errors
-/// [`Error::Data`] naming the dataset and the broken rule.
-pub fn check_dataset(ds: &crate::data::Dataset) -> Result<()> {
-    let f = ds.input.features();
-    let bad = |m: String| Err(Error::Data(format!("dataset `{}`: {m}", ds.name)));
-    if f == 0 || ds.classes == 0 {
-        return bad(format!(
-            "{} features and {} classes (each must be at least 1)",
-            f, ds.classes
-        ));
-    }
-    if ds.class_names.len() != ds.classes {
-        return bad(format!(
-            "{} class names for {} classes",
-            ds.class_names.len(),
-            ds.classes
-        ));
-    }
-    for (what, split) in [("train", &ds.train), ("test", &ds.test)] {
-        if split.features != f || split.values.len() != split.labels.len() * f {
-            return bad(format!(
-                "the {what} split has {} values for {} samples of {} features ({})",
-                split.values.len(),
-                split.labels.len(),
-                split.features,
-                ds.input
-            ));
-        }
-        if let Err(e) = crate::data::format::check_normalization(&split.mean, &split.std, ds.input)
-        {
-            return bad(format!("the {what} split's normalisation: {e}"));
-        }
-        if let Some(l) = split.labels.iter().find(|&&l| l as usize >= ds.classes) {
-            return bad(format!(
-                "the {what} split has label {l}, outside 0..{}",
-                ds.classes
-            ));
-        }
-    }
-    Ok(())
 }

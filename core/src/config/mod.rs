@@ -135,6 +135,22 @@ fn default_scenario() -> Scenario {
     Scenario::ClassIncremental
 }
 
+/// The layout of a pretrained file's tensors (`[model] init_layout`, read by
+/// [`crate::model::init`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InitLayout {
+    /// Burn's (`Linear` weight `[d_in, d_out]`), as `engram export` writes.
+    #[default]
+    Burn,
+    /// PyTorch's (`Linear` weight `[d_out, d_in]`, norms' `weight`/`bias`).
+    Pytorch,
+}
+
+/// The `[model]` keys of pretrained initialisation ([`crate::model::init`]), which the
+/// model's factory does not get.
+pub const INIT_KEYS: [&str; 3] = ["init", "init_layout", "init_remap"];
+
 /// `[model]`: the network. `type` names a registered model
 /// ([`Kind::Model`](crate::registry::Kind::Model): `mlp`, `cnn`, `vit` or a plugin's); the other
 /// keys are that model's own, decoded and checked by its factory (unknown keys are positioned
@@ -152,7 +168,7 @@ pub struct ModelConfig {
     /// The tensor layout of `init`: `burn` (default, what `engram export` writes) or
     /// `pytorch` (a `state_dict`: `Linear` weights `[d_out, d_in]`).
     #[serde(default, skip_serializing_if = "is_default")]
-    pub init_layout: crate::model::init::InitLayout,
+    pub init_layout: InitLayout,
     /// Renames of `init`'s tensor names, `[[regex, replacement], …]`, applied in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub init_remap: Vec<[String; 2]>,

@@ -50,7 +50,7 @@ impl ParamSource {
             .into_iter()
             .filter(|(k, _)| {
                 let k = k.get_ref().as_ref();
-                k != "type" && !(self.list == "model" && crate::model::init::KEYS.contains(&k))
+                k != "type" && !(self.list == "model" && super::INIT_KEYS.contains(&k))
             })
             .collect();
         // No strategy key takes NaN or an infinity (`nan`, `inf`, `1e400`): one check for every

@@ -83,10 +83,10 @@ pub const DATASETS: &[DatasetSpec] = &[
 ];
 
 /// The registration of `fashion-mnist` ([`DATASETS`]' first entry).
-pub const FASHION_MNIST_REGISTRATION: crate::registry::Registration = crate::registration!(dataset "fashion-mnist", "Fashion-MNIST (Xiao et al. 2017): 70,000 28×28 gray images of 10 clothing classes, IDX files", IdxParams, load_request);
+pub const FASHION_MNIST_REGISTRATION: crate::component::Registration = crate::registration!(dataset "fashion-mnist", "Fashion-MNIST (Xiao et al. 2017): 70,000 28×28 gray images of 10 clothing classes, IDX files", IdxParams, load_request);
 
 /// The registration of `mnist` ([`DATASETS`]' second entry).
-pub const MNIST_REGISTRATION: crate::registry::Registration = crate::registration!(dataset "mnist", "MNIST (LeCun et al. 1998): 70,000 28×28 gray images of handwritten digits, IDX files", IdxParams, load_request);
+pub const MNIST_REGISTRATION: crate::component::Registration = crate::registration!(dataset "mnist", "MNIST (LeCun et al. 1998): 70,000 28×28 gray images of handwritten digits, IDX files", IdxParams, load_request);
 
 /// The IDX datasets' keys: they take none beyond `[data]`'s own (`path`).
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -334,7 +334,7 @@ pub struct Dataset {
     /// Test split (10,000 samples).
     pub test: Split,
     /// One sample's shape; `input.features()` equals each split's `features`.
-    pub input: crate::model::InputShape,
+    pub input: crate::data::InputShape,
     /// Number of classes; every label is below it.
     pub classes: usize,
     /// The classes' names, by label (`classes` of them).
@@ -349,7 +349,7 @@ impl Dataset {
         dir: PathBuf,
         train: Split,
         test: Split,
-        input: crate::model::InputShape,
+        input: crate::data::InputShape,
         classes: usize,
     ) -> Self {
         Self {
@@ -504,4 +504,50 @@ pub fn load(name: &str, configured: Option<&Path>) -> Result<Dataset> {
         classes: spec.classes,
         class_names: spec.class_names.iter().map(|s| s.to_string()).collect(),
     })
+}
+
+/// Checks what a dataset factory returned against the [`crate::data::Dataset`] contract, so
+/// that a plugin's mistake is a message instead of a panic in the trainer: both splits have
+/// `input.features()` values per sample and one label per sample below `classes`, and there
+/// are `classes` names.
+///
+/// # Errors
+/// [`Error::Data`] naming the dataset and the broken rule.
+pub fn check_dataset(ds: &Dataset) -> Result<()> {
+    let f = ds.input.features();
+    let bad = |m: String| Err(Error::Data(format!("dataset `{}`: {m}", ds.name)));
+    if f == 0 || ds.classes == 0 {
+        return bad(format!(
+            "{} features and {} classes (each must be at least 1)",
+            f, ds.classes
+        ));
+    }
+    if ds.class_names.len() != ds.classes {
+        return bad(format!(
+            "{} class names for {} classes",
+            ds.class_names.len(),
+            ds.classes
+        ));
+    }
+    for (what, split) in [("train", &ds.train), ("test", &ds.test)] {
+        if split.features != f || split.values.len() != split.labels.len() * f {
+            return bad(format!(
+                "the {what} split has {} values for {} samples of {} features ({})",
+                split.values.len(),
+                split.labels.len(),
+                split.features,
+                ds.input
+            ));
+        }
+        if let Err(e) = super::format::check_normalization(&split.mean, &split.std, ds.input) {
+            return bad(format!("the {what} split's normalisation: {e}"));
+        }
+        if let Some(l) = split.labels.iter().find(|&&l| l as usize >= ds.classes) {
+            return bad(format!(
+                "the {what} split has label {l}, outside 0..{}",
+                ds.classes
+            ));
+        }
+    }
+    Ok(())
 }

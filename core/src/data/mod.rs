@@ -12,15 +12,18 @@
 pub mod dataset;
 pub mod format;
 pub mod idx;
+pub mod shape;
 pub mod stream;
+pub mod transform;
 
 pub use dataset::Dataset;
+pub use shape::InputShape;
 
 use std::path::Path;
 
 /// The built-in datasets and data formats, one line each (the registry, `engram list` and
 /// the reference page are generated from it).
-pub const BUILTINS: &[crate::registry::Registration] = &[
+pub const BUILTINS: &[crate::component::Registration] = &[
     dataset::FASHION_MNIST_REGISTRATION,
     dataset::MNIST_REGISTRATION,
     format::idx::REGISTRATION,
@@ -39,3 +42,10 @@ pub struct DatasetRequest<'a> {
     /// factory then looks in its default places; a format requires it).
     pub path: Option<&'a Path>,
 }
+
+/// Loads a dataset from what `[data]` says ([`DatasetRequest`]).
+pub type DatasetFactory = fn(&DatasetRequest<'_>) -> crate::error::Result<Dataset>;
+
+/// Writes a dataset into a new directory in a format (`engram data export`): the directory
+/// does not exist yet and is the writer's alone (the caller renames it into place).
+pub type DatasetWriter = fn(&Dataset, &Path) -> crate::error::Result<()>;

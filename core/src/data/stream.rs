@@ -67,16 +67,6 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// The context of a training forward over this batch ([`ForwardCtx::training`]): its task
-    /// when every row belongs to one task, `None` for a batch that mixes tasks (replayed rows
-    /// joined it), so that a task-routed block never sends an old task's row to the current
-    /// task's branch.
-    pub fn forward_ctx(&self) -> crate::model::ForwardCtx {
-        let first = self.refs.first().map(|r| r.task);
-        let one = first.filter(|&t| self.refs.iter().all(|r| r.task == t));
-        crate::model::ForwardCtx::training(one.map(|t| t as usize))
-    }
-
     /// The labels `[batch]`, read back to the host.
     pub fn labels(&self) -> Vec<i64> {
         self.y
@@ -158,6 +148,166 @@ fn subsample(mut rows: Vec<u32>, cap: Option<usize>, rng: &mut rng::Rng) -> Vec<
     rows
 }
 
+/// A permutation of a sample's features (domain-incremental tasks), shared by the task's
+/// batches.
+type Perm = Option<Arc<Vec<u32>>>;
+
+/// The order classes are dealt in: `class_order`, else `0..classes`.
+///
+/// # Errors
+/// [`Error::Data`] when `class_order` is not a list of distinct classes of the dataset.
+fn class_order(cfg: &DataConfig, classes: usize) -> Result<Vec<usize>> {
+    let order = cfg
+        .class_order
+        .clone()
+        .unwrap_or_else(|| (0..classes).collect());
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != order.len() || order.iter().any(|&c| c >= classes) {
+        return Err(Error::Data(format!(
+            "class_order {order:?} must list distinct classes of 0..{classes}"
+        )));
+    }
+    Ok(order)
+}
+
+/// The classes of each task and its pixel permutation (domain-incremental only, drawn once
+/// per task from `seed`).
+///
+/// # Errors
+/// [`Error::Data`] for a task count or classes per task that the classes cannot fill.
+fn deal(
+    cfg: &DataConfig,
+    order: &[usize],
+    features: usize,
+    seed: u64,
+) -> Result<(Vec<Vec<usize>>, Vec<Perm>)> {
+    Ok(match cfg.scenario {
+        Scenario::ClassIncremental | Scenario::TaskIncremental => {
+            let cpt = match (cfg.classes_per_task, cfg.tasks) {
+                (Some(c), _) => c,
+                (None, Some(t)) if t > 0 => order.len() / t,
+                _ => 2,
+            };
+            if cpt == 0 || cpt > order.len() {
+                return Err(Error::Data(format!(
+                    "classes_per_task = {cpt} with {} classes",
+                    order.len()
+                )));
+            }
+            let tasks = cfg.tasks.unwrap_or(order.len() / cpt);
+            if tasks == 0 || tasks * cpt > order.len() {
+                return Err(Error::Data(format!(
+                    "{tasks} tasks × {cpt} classes per task needs {} classes; the \
+                         dataset and class_order give {}",
+                    tasks * cpt,
+                    order.len()
+                )));
+            }
+            (
+                (0..tasks)
+                    .map(|t| order[t * cpt..(t + 1) * cpt].to_vec())
+                    .collect(),
+                vec![None; tasks],
+            )
+        }
+        Scenario::DomainIncremental => {
+            let tasks = cfg.tasks.unwrap_or(10);
+            if tasks == 0 || tasks > u16::MAX as usize {
+                return Err(Error::Data(format!(
+                    "tasks = {tasks}: a domain-incremental stream needs 1 to {} tasks",
+                    u16::MAX
+                )));
+            }
+            let perms = (0..tasks)
+                .map(|t| {
+                    let mut r = rng::stream(seed, "permutation", t as u64, 0);
+                    Some(Arc::new(
+                        rng::permutation(features, &mut r)
+                            .into_iter()
+                            .map(|p| p as u32)
+                            .collect(),
+                    ))
+                })
+                .collect();
+            (vec![order.to_vec(); tasks], perms)
+        }
+    })
+}
+
+/// Warns on stderr about classes that no task holds, when the task count was derived
+/// (explicitly fewer tasks is a choice).
+fn warn_unused_classes(dataset: &Dataset, cfg: &DataConfig, per_task_classes: &[Vec<usize>]) {
+    let classes = dataset.classes;
+    let dealt: std::collections::BTreeSet<usize> =
+        per_task_classes.iter().flatten().copied().collect();
+    let left: Vec<String> = (0..classes)
+        .filter(|c| !dealt.contains(c))
+        .map(|c| format!("{c} ({})", dataset.class_names[c]))
+        .collect();
+    if !left.is_empty() && cfg.tasks.is_none() {
+        eprintln!(
+            "warning: {} of the {classes} classes are in no task and their samples are not used: {}{} (tasks × classes_per_task = {}; set [data] tasks, classes_per_task or class_order to include them)",
+            left.len(),
+            left.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+            if left.len() > 5 { ", …" } else { "" },
+            dealt.len()
+        );
+    }
+}
+
+/// The rows of `split` whose label is one of `cls`, in order.
+fn rows_of(split: &Split, classes: usize, cls: &[usize]) -> Vec<u32> {
+    let mut member = vec![false; classes];
+    for &c in cls {
+        member[c] = true;
+    }
+    (0..split.len() as u32)
+        .filter(|&i| member[split.labels[i as usize] as usize])
+        .collect()
+}
+
+/// Task `t` of classes `cls`: its rows split into training and validation, then subsampled,
+/// with every draw from the task's stream of `seed`.
+///
+/// # Errors
+/// [`Error::Data`] when the task has no training samples.
+fn task(
+    dataset: &Dataset,
+    cfg: &DataConfig,
+    seed: u64,
+    t: usize,
+    (cls, perm): (Vec<usize>, Perm),
+) -> Result<Task> {
+    let mut r = rng::stream(seed, "split", t as u64, 0);
+    let all = rows_of(&dataset.train, dataset.classes, &cls);
+    let order = rng::permutation(all.len(), &mut r);
+    let n_val = (all.len() as f64 * cfg.validation).round() as usize;
+    let mut validation: Vec<u32> = order[..n_val].iter().map(|&i| all[i]).collect();
+    let mut train: Vec<u32> = order[n_val..].iter().map(|&i| all[i]).collect();
+    validation.sort_unstable();
+    train.sort_unstable();
+    let train = subsample(train, cfg.subsample, &mut r);
+    let validation = subsample(validation, cfg.test_subsample, &mut r);
+    let test = subsample(
+        rows_of(&dataset.test, dataset.classes, &cls),
+        cfg.test_subsample,
+        &mut r,
+    );
+    if train.is_empty() {
+        return Err(Error::Data(format!("task {t} has no training samples")));
+    }
+    Ok(Task {
+        index: t,
+        classes: cls,
+        train,
+        validation,
+        test,
+        permutation: perm,
+    })
+}
+
 impl Stream {
     /// Deals `dataset` into tasks as `cfg` says, with every random choice drawn from `seed`.
     ///
@@ -165,124 +315,17 @@ impl Stream {
     /// [`Error::Data`] for impossible settings (more classes per task than classes, a class
     /// order that is not a permutation, zero tasks).
     pub fn build(dataset: Arc<Dataset>, cfg: &DataConfig, seed: u64) -> Result<Self> {
-        let classes = dataset.classes;
-        let order = cfg
-            .class_order
-            .clone()
-            .unwrap_or_else(|| (0..classes).collect());
-        let mut sorted = order.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        if sorted.len() != order.len() || order.iter().any(|&c| c >= classes) {
-            return Err(Error::Data(format!(
-                "class_order {order:?} must list distinct classes of 0..{classes}"
-            )));
-        }
-        let features = dataset.train.features;
-        type Perm = Option<Arc<Vec<u32>>>;
-        let (per_task_classes, perms): (Vec<Vec<usize>>, Vec<Perm>) = match cfg.scenario {
-            Scenario::ClassIncremental | Scenario::TaskIncremental => {
-                let cpt = match (cfg.classes_per_task, cfg.tasks) {
-                    (Some(c), _) => c,
-                    (None, Some(t)) if t > 0 => order.len() / t,
-                    _ => 2,
-                };
-                if cpt == 0 || cpt > order.len() {
-                    return Err(Error::Data(format!(
-                        "classes_per_task = {cpt} with {} classes",
-                        order.len()
-                    )));
-                }
-                let tasks = cfg.tasks.unwrap_or(order.len() / cpt);
-                if tasks == 0 || tasks * cpt > order.len() {
-                    return Err(Error::Data(format!(
-                        "{tasks} tasks × {cpt} classes per task needs {} classes; the \
-                             dataset and class_order give {}",
-                        tasks * cpt,
-                        order.len()
-                    )));
-                }
-                (
-                    (0..tasks)
-                        .map(|t| order[t * cpt..(t + 1) * cpt].to_vec())
-                        .collect(),
-                    vec![None; tasks],
-                )
-            }
-            Scenario::DomainIncremental => {
-                let tasks = cfg.tasks.unwrap_or(10);
-                if tasks == 0 || tasks > u16::MAX as usize {
-                    return Err(Error::Data(format!(
-                        "tasks = {tasks}: a domain-incremental stream needs 1 to {} tasks",
-                        u16::MAX
-                    )));
-                }
-                let perms = (0..tasks)
-                    .map(|t| {
-                        let mut r = rng::stream(seed, "permutation", t as u64, 0);
-                        Some(Arc::new(
-                            rng::permutation(features, &mut r)
-                                .into_iter()
-                                .map(|p| p as u32)
-                                .collect(),
-                        ))
-                    })
-                    .collect();
-                (vec![order.clone(); tasks], perms)
-            }
-        };
-        let rows_of = |split: &Split, cls: &[usize]| -> Vec<u32> {
-            let mut member = vec![false; classes];
-            for &c in cls {
-                member[c] = true;
-            }
-            (0..split.len() as u32)
-                .filter(|&i| member[split.labels[i as usize] as usize])
-                .collect()
-        };
-        let dealt: std::collections::BTreeSet<usize> =
-            per_task_classes.iter().flatten().copied().collect();
-        let left: Vec<String> = (0..classes)
-            .filter(|c| !dealt.contains(c))
-            .map(|c| format!("{c} ({})", dataset.class_names[c]))
-            .collect();
-        // Only when the task count was derived (explicitly fewer tasks is a choice).
-        if !left.is_empty() && cfg.tasks.is_none() {
-            eprintln!(
-                "warning: {} of the {classes} classes are in no task and their samples are not used: {}{} (tasks × classes_per_task = {}; set [data] tasks, classes_per_task or class_order to include them)",
-                left.len(),
-                left.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
-                if left.len() > 5 { ", …" } else { "" },
-                dealt.len()
-            );
-        }
-        let mut tasks = Vec::new();
-        for (t, (cls, perm)) in per_task_classes.into_iter().zip(perms).enumerate() {
-            let mut r = rng::stream(seed, "split", t as u64, 0);
-            let all = rows_of(&dataset.train, &cls);
-            let order = rng::permutation(all.len(), &mut r);
-            let n_val = (all.len() as f64 * cfg.validation).round() as usize;
-            let mut validation: Vec<u32> = order[..n_val].iter().map(|&i| all[i]).collect();
-            let mut train: Vec<u32> = order[n_val..].iter().map(|&i| all[i]).collect();
-            validation.sort_unstable();
-            train.sort_unstable();
-            let train = subsample(train, cfg.subsample, &mut r);
-            let validation = subsample(validation, cfg.test_subsample, &mut r);
-            let test = subsample(rows_of(&dataset.test, &cls), cfg.test_subsample, &mut r);
-            if train.is_empty() {
-                return Err(Error::Data(format!("task {t} has no training samples")));
-            }
-            tasks.push(Task {
-                index: t,
-                classes: cls,
-                train,
-                validation,
-                test,
-                permutation: perm,
-            });
-        }
+        let order = class_order(cfg, dataset.classes)?;
+        let (per_task_classes, perms) = deal(cfg, &order, dataset.train.features, seed)?;
+        warn_unused_classes(&dataset, cfg, &per_task_classes);
+        let tasks = per_task_classes
+            .into_iter()
+            .zip(perms)
+            .enumerate()
+            .map(|(t, dealt)| task(&dataset, cfg, seed, t, dealt))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
-            num_classes: classes,
+            num_classes: dataset.classes,
             dataset,
             scenario: cfg.scenario,
             tasks,
@@ -426,7 +469,7 @@ mod tests {
             "toy".into(),
             split(6),
             split(3),
-            crate::model::InputShape::Image {
+            crate::data::InputShape::Image {
                 channels: 1,
                 height: 2,
                 width: 2,

@@ -274,5 +274,5 @@ pub fn build(
 }
 
 /// The registration of `cnn`.
-pub const REGISTRATION: crate::registry::Registration = crate::registration!(model "cnn", "small convolutional network: conv blocks (3×3 conv, ReLU, batch norm, 2×2 max pool) and a linear head, on images of any size and channel count", CnnParams, build);
+pub const REGISTRATION: crate::component::Registration = crate::registration!(model "cnn", "small convolutional network: conv blocks (3×3 conv, ReLU, batch norm, 2×2 max pool) and a linear head, on images of any size and channel count", CnnParams, build);
 crate::component!(CnnParams, model "cnn");

@@ -19,16 +19,7 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// The layout of a pretrained file's tensors.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum InitLayout {
-    /// Burn's (`Linear` weight `[d_in, d_out]`), as `engram export` writes.
-    #[default]
-    Burn,
-    /// PyTorch's (`Linear` weight `[d_out, d_in]`, norms' `weight`/`bias`).
-    Pytorch,
-}
+pub use crate::config::InitLayout;
 
 /// What a pretrained initialisation loaded (report.json's `init`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -47,8 +38,7 @@ pub struct InitReport {
     pub unused: Vec<String>,
 }
 
-/// The `[model]` keys of pretrained initialisation (not passed to the model's factory).
-pub const KEYS: [&str; 3] = ["init", "init_layout", "init_remap"];
+pub use crate::config::INIT_KEYS as KEYS;
 
 /// Loads `file` into `model` (see the module docs).
 ///

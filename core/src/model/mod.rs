@@ -18,7 +18,7 @@
 //!
 //! # Models are registered components
 //!
-//! `[model] type = "…"` names a [`Registration`](crate::registry::Registration) of kind
+//! `[model] type = "…"` names a [`Registration`](crate::component::Registration) of kind
 //! [`Kind::Model`](crate::registry::Kind::Model): a built-in of [`BUILTINS`] (one file each:
 //! [`mlp`], [`cnn`], [`vit`], holding the keys, their checks, the builder and the registration
 //! line) or a plugin's. Its factory ([`ModelFactory`](crate::registry::ModelFactory)) gets the
@@ -29,97 +29,24 @@
 //! [`DynBlock::new`] handles Burn's lazy initialisation. The book's chapter "Your model" walks
 //! through it with `examples/own_model.rs`.
 
+pub mod activation;
+pub mod block;
 pub mod bridge;
 pub mod cnn;
 pub mod init;
 pub mod mlp;
+pub mod params;
 pub mod vit;
+
+pub use crate::data::InputShape;
+pub use activation::{Activation, ForwardCtx};
+pub use block::{Block, DynBlock, ErasedBlock, norm_params};
+pub use params::{ParamInfo, unflatten_grads};
 
 /// The built-in models, one line each (the registry, `engram list` and the reference page
 /// are generated from it).
-pub const BUILTINS: &[crate::registry::Registration] =
+pub const BUILTINS: &[crate::component::Registration] =
     &[mlp::REGISTRATION, cnn::REGISTRATION, vit::REGISTRATION];
-
-/// The shape of one input sample, as the dataset gives it. Batches reach the model flattened,
-/// `[batch, features]`, in row-major order of these dimensions; image models reshape them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum InputShape {
-    /// Images `[channels, height, width]` (1 channel for the IDX datasets).
-    Image {
-        /// Colour channels.
-        channels: usize,
-        /// Rows of pixels.
-        height: usize,
-        /// Columns of pixels.
-        width: usize,
-    },
-    /// A feature vector `[features]` (a table's row).
-    Features(usize),
-}
-
-impl InputShape {
-    /// Scalars per sample (`channels · height · width`, or the feature count).
-    pub fn features(&self) -> usize {
-        match *self {
-            InputShape::Image {
-                channels,
-                height,
-                width,
-            } => channels * height * width,
-            InputShape::Features(n) => n,
-        }
-    }
-
-    /// Colour channels: the image's, 1 for a feature vector (its normalisation groups).
-    pub fn channels(&self) -> usize {
-        match *self {
-            InputShape::Image { channels, .. } => channels,
-            InputShape::Features(_) => 1,
-        }
-    }
-
-    /// The dimensions, `[channels, height, width]` or `[features]`.
-    pub fn dims(&self) -> Vec<usize> {
-        match *self {
-            InputShape::Image {
-                channels,
-                height,
-                width,
-            } => vec![channels, height, width],
-            InputShape::Features(n) => vec![n],
-        }
-    }
-
-    /// `(channels, side)` for square images; `None` for features or non-square images.
-    pub fn square(&self) -> Option<(usize, usize)> {
-        match *self {
-            InputShape::Image {
-                channels,
-                height,
-                width,
-            } if height == width => Some((channels, height)),
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Display for InputShape {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match *self {
-            InputShape::Image {
-                channels,
-                height,
-                width,
-            } => write!(
-                f,
-                "{height}×{width} images of {channels} channel{}",
-                if channels == 1 { "" } else { "s" }
-            ),
-            InputShape::Features(n) => write!(f, "vectors of {n} features"),
-        }
-    }
-}
 
 /// What a model factory knows when it builds the model.
 #[derive(Clone, Debug)]
@@ -165,347 +92,10 @@ impl ModelContext {
     }
 }
 
-use crate::model::bridge::{DynMapper, DynVisitor, FromDynMapper, FromDynVisitor};
-use bridge::{ToDynMapper, ToDynVisitor};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::{DType, Device, Tensor};
-use std::any::Any;
-use std::fmt::Debug;
-
-/// The value that flows between blocks. Each variant names its shape.
-#[derive(Clone, Debug)]
-pub enum Activation {
-    /// Flat features, `[batch, features]` (MLP layers, logits).
-    Flat(Tensor<2>),
-    /// A token sequence, `[batch, tokens, d_model]` (transformer blocks).
-    Seq(Tensor<3>),
-    /// Images, `[batch, channels, height, width]` (convolutions).
-    Image(Tensor<4>),
-}
-
-impl Activation {
-    /// The `[batch, features]` tensor; other variants are flattened per sample.
-    pub fn into_flat(self) -> Tensor<2> {
-        match self {
-            Activation::Flat(t) => t,
-            Activation::Seq(t) => t.flatten(1, 2),
-            Activation::Image(t) => t.flatten(1, 3),
-        }
-    }
-
-    /// Images `[batch, channels, height, width]` of `shape` `[channels, height, width]`: a flat
-    /// activation `[batch, c·h·w]` (the trainer's input) is reshaped in row-major order, an
-    /// image is returned as it is.
-    ///
-    /// # Panics
-    /// On a token sequence, or when the sizes do not match (the model factory checks the data's
-    /// [`InputShape`] before training, so this is a bug in the block).
-    pub fn into_image(self, shape: [usize; 3]) -> Tensor<4> {
-        match self {
-            Activation::Image(t) => t,
-            Activation::Flat(t) => {
-                let [b, _] = t.dims();
-                t.reshape([b, shape[0], shape[1], shape[2]])
-            }
-            Activation::Seq(_) => panic!("a token sequence [batch, tokens, d] is not an image"),
-        }
-    }
-
-    /// The device the activation lives on.
-    pub fn device(&self) -> Device {
-        match self {
-            Activation::Flat(t) => t.device(),
-            Activation::Seq(t) => t.device(),
-            Activation::Image(t) => t.device(),
-        }
-    }
-
-    /// The batch size (first dimension) in samples.
-    pub fn batch_size(&self) -> usize {
-        match self {
-            Activation::Flat(t) => t.dims()[0],
-            Activation::Seq(t) => t.dims()[0],
-            Activation::Image(t) => t.dims()[0],
-        }
-    }
-
-    /// The same activation detached from the autodiff graph (a new leaf).
-    pub fn detach(self) -> Self {
-        match self {
-            Activation::Flat(t) => Activation::Flat(t.detach()),
-            Activation::Seq(t) => Activation::Seq(t.detach()),
-            Activation::Image(t) => Activation::Image(t.detach()),
-        }
-    }
-
-    /// The gradient of this activation in `grads` (it must have been marked with
-    /// [`Activation::require_grad`]), as an untracked activation of the same shape.
-    pub fn grad(&self, grads: &burn::tensor::Gradients) -> Option<Activation> {
-        Some(match self {
-            Activation::Flat(t) => Activation::Flat(t.grad(grads)?),
-            Activation::Seq(t) => Activation::Seq(t.grad(grads)?),
-            Activation::Image(t) => Activation::Image(t.grad(grads)?),
-        })
-    }
-
-    /// `Σ self ⊙ upstream` as a scalar `[1]`: backpropagating it sends `upstream` into the
-    /// graph that produced `self` (the surrogate loss of segment recomputation).
-    ///
-    /// # Panics
-    /// When the two activations are of different variants or shapes (a bug in the caller).
-    pub fn dot(self, upstream: Activation) -> Tensor<1> {
-        let up = |u: Activation| match u {
-            // A constant: an untracked tensor joins any autodiff context (lifting it with
-            // `autodiff()` would give it the default checkpointing strategy, which panics
-            // against a device with op-level checkpointing).
-            Activation::Flat(t) => t.detach().flatten::<1>(0, 1),
-            Activation::Seq(t) => t.detach().flatten::<1>(0, 2),
-            Activation::Image(t) => t.detach().flatten::<1>(0, 3),
-        };
-        let mine = match self {
-            Activation::Flat(t) => t.flatten::<1>(0, 1),
-            Activation::Seq(t) => t.flatten::<1>(0, 2),
-            Activation::Image(t) => t.flatten::<1>(0, 3),
-        };
-        (mine * up(upstream)).sum()
-    }
-
-    /// The same activation marked as requiring a gradient (for segment recomputation).
-    pub fn require_grad(self) -> Self {
-        match self {
-            Activation::Flat(t) => Activation::Flat(t.require_grad()),
-            Activation::Seq(t) => Activation::Seq(t.require_grad()),
-            Activation::Image(t) => Activation::Image(t.require_grad()),
-        }
-    }
-}
-
-/// What a block may know about the current forward pass.
-#[derive(Clone, Debug, Default)]
-pub struct ForwardCtx {
-    /// The task the batch belongs to, where the scenario provides it (task-incremental
-    /// training and evaluation); `None` in class- and domain-incremental evaluation.
-    pub task: Option<usize>,
-    /// This forward repeats one already run in the same step (a checkpointed segment recomputed
-    /// in backward): blocks must compute exactly as before but not update state again (batch
-    /// norm's running statistics, see [`cnn::batch_norm`]).
-    pub replay: bool,
-    /// This forward is the trainer's evaluation (a row of the accuracy matrix, `engram eval`),
-    /// on the inference copy of the model. A block may classify differently there (replay's
-    /// nearest-class-mean head does).
-    pub evaluation: bool,
-}
-
-impl ForwardCtx {
-    /// A training forward of a batch of task `task` (`None`: rows of several tasks); build it
-    /// with [`Batch::forward_ctx`](crate::data::stream::Batch::forward_ctx).
-    pub fn training(task: Option<usize>) -> Self {
-        Self {
-            task,
-            replay: false,
-            evaluation: false,
-        }
-    }
-
-    /// An evaluation forward on the inference copy; `task` is given only where the scenario
-    /// provides task identity at test time (task-incremental).
-    pub fn evaluation(task: Option<usize>) -> Self {
-        Self {
-            task,
-            replay: false,
-            evaluation: true,
-        }
-    }
-
-    /// The same forward repeated in backward (a recomputed checkpoint segment).
-    pub fn replayed(&self) -> Self {
-        Self {
-            replay: true,
-            ..self.clone()
-        }
-    }
-}
-
-/// A Burn module that can be one stage of an engram [`Model`].
-///
-/// Implement it for your own `#[derive(Module)]` type and wrap it with [`DynBlock::new`]. The
-/// block must pick train/inference behaviour from its input as Burn's layers do (dropout and
-/// batch norm are active when the input's device has autodiff).
-pub trait Block: Module + 'static {
-    /// Runs the block. `x` and the result may be any [`Activation`] variant; consecutive
-    /// blocks must agree.
-    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation;
-
-    /// A short kind name for reports and the segment planner (`"dense"`, `"head"`, …).
-    fn kind(&self) -> &'static str;
-
-    /// Whether the block normalises with statistics of the batch it is given (batch norm), so
-    /// that a batch split into micro-batches (gradient accumulation) is no longer the same
-    /// computation. Default `false`.
-    fn batch_statistics(&self) -> bool {
-        false
-    }
-}
-
-/// The object-safe face of a [`Block`]. Implemented for every `Block`; not for direct use.
-pub trait ErasedBlock: Send + Debug {
-    /// See [`Block::forward`].
-    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation;
-    /// See [`Block::kind`].
-    fn kind(&self) -> &'static str;
-    /// See [`Block::batch_statistics`].
-    fn batch_statistics(&self) -> bool;
-    /// Visits the parameters through an object-safe visitor.
-    fn visit_dyn(&self, visitor: &mut dyn DynVisitor);
-    /// Maps the parameters through an object-safe mapper.
-    fn map_dyn(self: Box<Self>, mapper: &mut dyn DynMapper) -> Box<dyn ErasedBlock>;
-    /// See [`Module::to_device`].
-    fn to_device_dyn(self: Box<Self>, device: &Device) -> Box<dyn ErasedBlock>;
-    /// See [`Module::fork`].
-    fn fork_dyn(self: Box<Self>, device: &Device) -> Box<dyn ErasedBlock>;
-    /// See [`Module::collect_devices`].
-    fn collect_devices_dyn(&self, devices: Vec<Device>) -> Vec<Device>;
-    /// See [`Module::valid`].
-    fn valid_dyn(&self) -> Box<dyn ErasedBlock>;
-    /// See [`Module::train`].
-    fn train_dyn(self: Box<Self>) -> Box<dyn ErasedBlock>;
-    /// See [`Module::materialize`].
-    fn materialize_dyn(self: Box<Self>) -> Box<dyn ErasedBlock>;
-    /// A boxed clone.
-    fn clone_dyn(&self) -> Box<dyn ErasedBlock>;
-    /// The concrete block, for downcasting by strategies that know it.
-    fn as_any(&self) -> &dyn Any;
-}
-
-impl<B: Block> ErasedBlock for B {
-    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
-        Block::forward(self, x, ctx)
-    }
-    fn kind(&self) -> &'static str {
-        Block::kind(self)
-    }
-    fn batch_statistics(&self) -> bool {
-        Block::batch_statistics(self)
-    }
-    fn visit_dyn(&self, visitor: &mut dyn DynVisitor) {
-        self.visit(&mut ToDynVisitor { inner: visitor });
-    }
-    fn map_dyn(self: Box<Self>, mapper: &mut dyn DynMapper) -> Box<dyn ErasedBlock> {
-        Box::new((*self).map(&mut ToDynMapper { inner: mapper }))
-    }
-    fn to_device_dyn(self: Box<Self>, device: &Device) -> Box<dyn ErasedBlock> {
-        Box::new((*self).to_device(device))
-    }
-    fn fork_dyn(self: Box<Self>, device: &Device) -> Box<dyn ErasedBlock> {
-        Box::new((*self).fork(device))
-    }
-    fn collect_devices_dyn(&self, devices: Vec<Device>) -> Vec<Device> {
-        self.collect_devices(devices)
-    }
-    fn valid_dyn(&self) -> Box<dyn ErasedBlock> {
-        Box::new(self.valid())
-    }
-    fn train_dyn(self: Box<Self>) -> Box<dyn ErasedBlock> {
-        Box::new((*self).train())
-    }
-    fn materialize_dyn(self: Box<Self>) -> Box<dyn ErasedBlock> {
-        Box::new((*self).materialize())
-    }
-    fn clone_dyn(&self) -> Box<dyn ErasedBlock> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-/// A boxed [`Block`] that is a Burn [`Module`].
-#[derive(Debug)]
-pub struct DynBlock(Box<dyn ErasedBlock>);
-
-impl DynBlock {
-    /// Wraps a block, initialising its parameters now.
-    ///
-    /// Burn's layers (`LinearConfig::init`, `Conv2dConfig::init`) create parameters lazily, and
-    /// a lazy parameter is shared by every clone of the module until its first use: a clone
-    /// taken without gradients (a checkpointed step's graph-free pass, an evaluation copy) would
-    /// initialise it untracked for the real model too, and the Fisher pass or the optimiser
-    /// would then find no gradient for it ("Tensor::backward requires a tracked autodiff
-    /// tensor"). Reading every parameter here closes that trap for every block, built-in or
-    /// not.
-    pub fn new<B: Block>(block: B) -> Self {
-        struct Touch;
-        impl ModuleVisitor for Touch {
-            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-                let _ = param.val();
-            }
-        }
-        block.visit(&mut Touch);
-        Self(Box::new(block))
-    }
-
-    /// The wrapped block as a trait object.
-    pub fn inner(&self) -> &dyn ErasedBlock {
-        self.0.as_ref()
-    }
-
-    /// The concrete block, when it is a `B`.
-    pub fn downcast_ref<B: Block>(&self) -> Option<&B> {
-        self.0.as_any().downcast_ref::<B>()
-    }
-}
-
-impl Clone for DynBlock {
-    fn clone(&self) -> Self {
-        Self(self.0.clone_dyn())
-    }
-}
-
-impl Module for DynBlock {
-    fn collect_devices(&self, devices: Vec<Device>) -> Vec<Device> {
-        self.0.collect_devices_dyn(devices)
-    }
-    fn fork(self, device: &Device) -> Self {
-        Self(self.0.fork_dyn(device))
-    }
-    fn to_device(self, device: &Device) -> Self {
-        Self(self.0.to_device_dyn(device))
-    }
-    fn train(self) -> Self {
-        Self(self.0.train_dyn())
-    }
-    fn valid(&self) -> Self {
-        Self(self.0.valid_dyn())
-    }
-    fn materialize(self) -> Self {
-        Self(self.0.materialize_dyn())
-    }
-    fn visit<V: ModuleVisitor>(&self, visitor: &mut V) {
-        self.0.visit_dyn(&mut FromDynVisitor { visitor });
-    }
-    fn map<M: ModuleMapper>(self, mapper: &mut M) -> Self {
-        Self(self.0.map_dyn(&mut FromDynMapper { mapper }))
-    }
-}
-
-/// One float parameter of a [`Model`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct ParamInfo {
-    /// Dotted path, for example `blocks.0.linear.weight`.
-    pub path: String,
-    /// Burn's stable parameter id (kept by burnpack records).
-    pub id: ParamId,
-    /// The parameter's shape.
-    pub shape: Vec<usize>,
-}
-
-impl ParamInfo {
-    /// Number of scalar elements.
-    pub fn numel(&self) -> usize {
-        self.shape.iter().product()
-    }
-}
+use params::{GradVisitor, PathVisitor};
 
 /// An engram model: blocks run in order, the last one producing logits `[batch, classes]`.
 #[derive(Clone, Debug)]
@@ -685,7 +275,8 @@ impl Model {
 
     /// The model as a mixed-precision step computes with it: every float parameter cast to
     /// `dtype` (a tracked cast, so gradients reach the `f32` master parameter under the same id),
-    /// except normalisation parameters (a path containing `norm`), which stay `f32` (their blocks
+    /// except those its blocks declare full-precision ([`Block::full_precision`]: by default the
+    /// parameters of Burn's normalisation layers, found by type), which stay `f32` (their blocks
     /// upcast the input, see [`norm_f32`]). `None` (or `f32`) returns the model as it is.
     /// Build a fresh view for every graph: a view's casts belong to the graph that uses them.
     pub fn compute_view(&self, dtype: Option<DType>) -> Model {
@@ -693,28 +284,24 @@ impl Model {
             return self.clone();
         };
         struct Caster {
-            path: Vec<String>,
+            keep: std::collections::HashSet<ParamId>,
             dtype: DType,
         }
         impl ModuleMapper for Caster {
-            fn enter_module(&mut self, name: &str, _container_type: &str) {
-                self.path.push(name.to_string());
-            }
-            fn exit_module(&mut self, _name: &str, _container_type: &str) {
-                self.path.pop();
-            }
             fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-                if self.path.iter().any(|p| p.contains("norm")) {
+                if self.keep.contains(&param.id) {
                     return param;
                 }
                 let (id, tensor, mapper) = param.consume();
                 Param::from_mapped_value(id, tensor.cast(self.dtype), mapper)
             }
         }
-        self.clone().map(&mut Caster {
-            path: Vec::new(),
-            dtype,
-        })
+        let keep = self
+            .blocks
+            .iter()
+            .flat_map(|b| b.0.full_precision())
+            .collect();
+        self.clone().map(&mut Caster { keep, dtype })
     }
 
     /// Replaces parameter values outside autodiff: `f(info, value)` gets each float
@@ -842,72 +429,6 @@ impl Module for Model {
     }
 }
 
-type PathFn<'a, T> = dyn FnMut(&str, ParamId, &[usize], Tensor<1>) -> Option<T> + 'a;
-
-/// Visits float parameters with their dotted path; `f` gets the value flattened.
-struct PathVisitor<'a, T> {
-    path: Vec<String>,
-    f: Box<PathFn<'a, T>>,
-    out: Vec<T>,
-}
-
-impl<'a, T> PathVisitor<'a, T> {
-    fn new(f: impl FnMut(&str, ParamId, &[usize], Tensor<1>) -> Option<T> + 'a) -> Self {
-        Self {
-            path: Vec::new(),
-            f: Box::new(f),
-            out: Vec::new(),
-        }
-    }
-}
-
-impl<T> ModuleVisitor for PathVisitor<'_, T> {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_string());
-    }
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        let value = param.val();
-        let shape = value.dims().to_vec();
-        let n = shape.iter().product::<usize>();
-        let path = self.path.join(".");
-        if let Some(item) = (self.f)(&path, param.id, &shape, value.reshape([n])) {
-            self.out.push(item);
-        }
-    }
-}
-
-struct GradVisitor<'a> {
-    path: Vec<String>,
-    grads: &'a GradientsParams,
-    out: Vec<(ParamInfo, Tensor<1>)>,
-}
-
-impl ModuleVisitor for GradVisitor<'_> {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_string());
-    }
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        if let Some(g) = self.grads.get::<D>(param.id) {
-            let shape = g.dims().to_vec();
-            let n = shape.iter().product::<usize>();
-            self.out.push((
-                ParamInfo {
-                    path: self.path.join("."),
-                    id: param.id,
-                    shape,
-                },
-                g.reshape([n]),
-            ));
-        }
-    }
-}
-
 /// Runs a normalisation layer in `f32` whatever the compute dtype of `x` (mixed precision keeps
 /// normalisation in full precision): `x` `[.., dim]` is upcast, normalised with the layer's
 /// `f32` parameters and cast back to its dtype.
@@ -917,29 +438,6 @@ pub fn norm_f32<const D: usize>(norm: &burn::nn::LayerNorm, x: Tensor<D>) -> Ten
         return norm.forward(x);
     }
     norm.forward(x.cast(DType::F32)).cast(dt)
-}
-
-/// Rebuilds a [`GradientsParams`] from flat gradients keyed by [`ParamId`], restoring each
-/// parameter's shape from `model` (the inverse of [`Model::flat_grads`]).
-pub fn unflatten_grads(model: &Model, flat: Vec<(ParamId, Tensor<1>)>) -> GradientsParams {
-    struct V {
-        flat: std::collections::HashMap<ParamId, Tensor<1>>,
-        out: GradientsParams,
-    }
-    impl ModuleVisitor for V {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            if let Some(g) = self.flat.remove(&param.id) {
-                let shape: [usize; D] = param.lazy_shape().dims::<D>();
-                self.out.register::<D>(param.id, g.reshape(shape));
-            }
-        }
-    }
-    let mut v = V {
-        flat: flat.into_iter().collect(),
-        out: GradientsParams::new(),
-    };
-    model.visit(&mut v);
-    v.out
 }
 
 #[cfg(test)]
@@ -1077,5 +575,121 @@ mod tests {
                 .downcast_ref::<super::mlp::HeadBlock>()
                 .is_some()
         );
+    }
+
+    /// A block whose batch norm is a field named `bn` (no `norm` in its path).
+    #[derive(burn::module::Module, Debug)]
+    struct BnBlock {
+        linear: burn::nn::Linear,
+        bn: burn::nn::BatchNorm,
+    }
+
+    /// The same block with the batch norm under the name `norm`.
+    #[derive(burn::module::Module, Debug)]
+    struct NormBlock {
+        linear: burn::nn::Linear,
+        norm: burn::nn::BatchNorm,
+    }
+
+    fn linear_bn(linear: &burn::nn::Linear, bn: &burn::nn::BatchNorm, x: Activation) -> Activation {
+        let y = linear.forward(x.into_flat());
+        let [b, c] = y.dims();
+        let y = super::cnn::batch_norm(bn, y.reshape([b, c, 1, 1]), false);
+        Activation::Flat(y.reshape([b, c]))
+    }
+
+    impl Block for BnBlock {
+        fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+            linear_bn(&self.linear, &self.bn, x)
+        }
+        fn kind(&self) -> &'static str {
+            "bn"
+        }
+    }
+
+    impl Block for NormBlock {
+        fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+            linear_bn(&self.linear, &self.norm, x)
+        }
+        fn kind(&self) -> &'static str {
+            "norm"
+        }
+    }
+
+    /// Each float parameter's path and dtype.
+    fn dtypes(m: &Model) -> Vec<(String, DType)> {
+        struct Dt(Vec<String>, Vec<(String, DType)>);
+        impl ModuleVisitor for Dt {
+            fn enter_module(&mut self, name: &str, _container_type: &str) {
+                self.0.push(name.to_string());
+            }
+            fn exit_module(&mut self, _name: &str, _container_type: &str) {
+                self.0.pop();
+            }
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                self.1.push((self.0.join("."), param.val().dtype()));
+            }
+        }
+        let mut d = Dt(Vec::new(), Vec::new());
+        m.visit(&mut d);
+        d.1
+    }
+
+    /// AMP keeps a block's normalisation in `f32` by the layer's type, not its field's name: a
+    /// `BatchNorm` named `bn` stays `f32` and computes exactly what the one named `norm` does.
+    #[test]
+    fn amp_keeps_batch_norm_f32_whatever_its_name() {
+        let ad = Device::flex().autodiff();
+        ad.seed(3);
+        let linear = burn::nn::LinearConfig::new(6, 4).init(&ad);
+        let bn = burn::nn::BatchNormConfig::new(4).init(&ad);
+        let with_bn = Model::new(
+            vec![DynBlock::new(BnBlock {
+                linear: linear.clone(),
+                bn: bn.clone(),
+            })],
+            4,
+        );
+        let with_norm = Model::new(vec![DynBlock::new(NormBlock { linear, norm: bn })], 4);
+        let (a, b) = (
+            with_bn.compute_view(Some(DType::F16)),
+            with_norm.compute_view(Some(DType::F16)),
+        );
+        assert_eq!(
+            dtypes(&a),
+            [
+                ("blocks.0.linear.weight".to_string(), DType::F16),
+                ("blocks.0.linear.bias".to_string(), DType::F16),
+                ("blocks.0.bn.gamma".to_string(), DType::F32),
+                ("blocks.0.bn.beta".to_string(), DType::F32),
+                ("blocks.0.bn.running_mean".to_string(), DType::F32),
+                ("blocks.0.bn.running_var".to_string(), DType::F32),
+            ]
+        );
+        let dt: Vec<DType> = dtypes(&b).into_iter().map(|(_, d)| d).collect();
+        assert_eq!(
+            dt,
+            [
+                DType::F16,
+                DType::F16,
+                DType::F32,
+                DType::F32,
+                DType::F32,
+                DType::F32
+            ]
+        );
+        let xv: Vec<f32> = (0..24).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0).collect();
+        let x = Tensor::<2>::from_data(TensorData::new(xv, [4, 6]), &ad).cast(DType::F16);
+        let run = |m: &Model| {
+            m.forward(Activation::Flat(x.clone()), &ForwardCtx::training(None))
+                .cast(DType::F32)
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap()
+        };
+        let (ya, yb) = (run(&a), run(&b));
+        assert_eq!(ya.len(), 16);
+        assert_eq!(ya, yb);
+        assert!(ya.iter().all(|v| v.is_finite()));
     }
 }

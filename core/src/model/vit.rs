@@ -278,7 +278,7 @@ pub fn build(
 }
 
 /// The registration of `vit`.
-pub const REGISTRATION: crate::registry::Registration = crate::registration!(model "vit", "vision transformer: patch embedding, pre-norm encoder blocks (multi-head attention and MLP), token-mean head; `patch` (unset by default) is the patch side, else the divisor of the image side nearest a quarter of it", VitParams, build);
+pub const REGISTRATION: crate::component::Registration = crate::registration!(model "vit", "vision transformer: patch embedding, pre-norm encoder blocks (multi-head attention and MLP), token-mean head; `patch` (unset by default) is the patch side, else the divisor of the image side nearest a quarter of it", VitParams, build);
 crate::component!(VitParams, model "vit");
 
 #[cfg(test)]

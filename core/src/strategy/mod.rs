@@ -23,7 +23,7 @@
 pub mod standard;
 
 /// engram-core's own strategy: `standard`, the plain step (the rest are the strategies crate's).
-pub const BUILTINS: &[crate::registry::Registration] = &[standard::REGISTRATION];
+pub const BUILTINS: &[crate::component::Registration] = &[standard::REGISTRATION];
 
 use crate::data::stream::{Batch, Part, SampleRef, Stream};
 use crate::error::Result;
@@ -32,6 +32,19 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// What the factory knows about the run when it builds a strategy.
+#[derive(Clone, Debug, Default)]
+pub struct BuildContext {
+    /// Number of tasks in the stream.
+    pub num_tasks: usize,
+    /// Number of classes (logit width).
+    pub num_classes: usize,
+    /// Training batch size.
+    pub batch_size: usize,
+    /// The run seed.
+    pub seed: u64,
+}
 
 /// A tensor in a strategy's saved state: shape and row-major `f32` values.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -3,11 +3,11 @@
 //! config names none: it lives in engram-core so that the registry appends this type, not a
 //! name it looks up.
 
+use super::BuildContext;
 use crate::burn::optim::GradientsParams;
 use crate::burn::tensor::{DType, Tensor};
 use crate::config::ParamSource;
 use crate::model::Activation;
-use crate::registry::BuildContext;
 use crate::strategy::{MemoryLayer, MemoryStrategy, Next, StepOutcome, StepRequest};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -111,4 +111,4 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
 }
 
 /// The registration of `standard`.
-pub const REGISTRATION: crate::registry::Registration = crate::registration!(memory "standard", "plain forward and backward with a full autodiff graph", StandardParams, build);
+pub const REGISTRATION: crate::component::Registration = crate::registration!(memory "standard", "plain forward and backward with a full autodiff graph", StandardParams, build);

@@ -8,14 +8,7 @@
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
-/// Heap figures from the counting allocator, in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HeapStats {
-    /// Bytes allocated now.
-    pub current: u64,
-    /// Highest `current` since the last [`HeapProbe::reset_peak`].
-    pub peak: u64,
-}
+pub use crate::alloc::HeapStats;
 
 /// Current heap figures from the counting allocator ([`crate::alloc`]); always `Some` (the
 /// `Option` leaves room for a build without it).

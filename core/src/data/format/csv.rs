@@ -12,9 +12,9 @@
 //!   image (`[1, 28, 28]`).
 
 use super::{Meta, Raw, bad};
+use crate::data::InputShape;
 use crate::data::dataset::{Dataset, Values};
 use crate::error::{Error, Result};
-use crate::model::InputShape;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -24,7 +24,7 @@ const FORMAT: &str = "csv";
 pub const FILES: [&str; 2] = ["train.csv", "test.csv"];
 
 /// The registration of `format = "csv"`.
-pub const REGISTRATION: crate::registry::Registration = crate::registration!(format "csv", "train.csv and test.csv with a header row, a `label` column (indices or names) and the feature columns", crate::data::dataset::IdxParams, read, write);
+pub const REGISTRATION: crate::component::Registration = crate::registration!(format "csv", "train.csv and test.csv with a header row, a `label` column (indices or names) and the feature columns", crate::data::dataset::IdxParams, read, write);
 
 /// One file as read: the header, values (bytes while every cell is one), label cells.
 struct Table {

@@ -4,17 +4,17 @@
 //! width]` bytes (one channel) or `[n, channels, height, width]`; labels `[n]` bytes.
 
 use super::{Meta, Raw, bad};
+use crate::data::InputShape;
 use crate::data::dataset::{Dataset, FILES, Values};
 use crate::data::idx::{encode_idx, read_idx};
 use crate::error::{Error, IdxError, Result};
-use crate::model::InputShape;
 use std::path::{Path, PathBuf};
 
 /// The format's name, as in `[data] format` and in its errors.
 pub const FORMAT: &str = "idx";
 
 /// The registration of `format = "idx"`.
-pub const REGISTRATION: crate::registry::Registration = crate::registration!(format "idx", "the four IDX files of the MNIST family (raw or .gz): bytes [n, height, width] or [n, channels, height, width], labels [n]", crate::data::dataset::IdxParams, read, write);
+pub const REGISTRATION: crate::component::Registration = crate::registration!(format "idx", "the four IDX files of the MNIST family (raw or .gz): bytes [n, height, width] or [n, channels, height, width], labels [n]", crate::data::dataset::IdxParams, read, write);
 
 /// A file of `dir` named `stem`, raw or `.gz`: whatever is there under that name (a device or
 /// a FIFO too, which the bounded read then refuses by name instead of calling it missing).

@@ -14,9 +14,9 @@
 //!   must have the first one's size.
 
 use super::{Meta, Raw, bad};
+use crate::data::InputShape;
 use crate::data::dataset::{Dataset, Values};
 use crate::error::{Error, Result};
-use crate::model::InputShape;
 use std::path::{Path, PathBuf};
 
 const FORMAT: &str = "image-folder";
@@ -25,7 +25,7 @@ const FORMAT: &str = "image-folder";
 pub const SPLITS: [&str; 2] = ["train", "test"];
 
 /// The registration of `format = "image-folder"`.
-pub const REGISTRATION: crate::registry::Registration = crate::registration!(format "image-folder", "torchvision's ImageFolder layout: train/CLASS/*.png or .jpg and test/CLASS/*, gray or RGB, classes in sorted folder order", crate::data::dataset::IdxParams, read, write);
+pub const REGISTRATION: crate::component::Registration = crate::registration!(format "image-folder", "torchvision's ImageFolder layout: train/CLASS/*.png or .jpg and test/CLASS/*, gray or RGB, classes in sorted folder order", crate::data::dataset::IdxParams, read, write);
 
 fn sorted_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();

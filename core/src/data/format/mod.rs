@@ -24,8 +24,8 @@ pub mod image_folder;
 pub mod npy;
 
 use super::dataset::{Dataset, Split, Values};
+use crate::data::InputShape;
 use crate::error::{Error, Result};
-use crate::model::InputShape;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -160,33 +160,7 @@ pub fn assemble(
     let meta = meta.unwrap_or_default();
     let meta_path = dir.join(META_FILE);
     let features = input.features();
-    for (what, raw) in [("train", &train), ("test", &test)] {
-        if raw.values.len() != raw.labels.len() * features {
-            return Err(bad(
-                dir,
-                format,
-                format!(
-                    "the {what} split has {} values for {} samples of {features}",
-                    raw.values.len(),
-                    raw.labels.len()
-                ),
-            ));
-        }
-        if raw.labels.is_empty() {
-            return Err(bad(dir, format, format!("the {what} split has no samples")));
-        }
-    }
-    if std::mem::discriminant(&train.values) != std::mem::discriminant(&test.values) {
-        return Err(bad(
-            dir,
-            format,
-            format!(
-                "the train split holds {} values, the test split {}; give both the same type",
-                train.values.dtype(),
-                test.values.dtype()
-            ),
-        ));
-    }
+    check_splits(format, dir, &train, &test, features)?;
     let input = match &meta.shape {
         None => input,
         Some(dims) => match shape_of(dims) {
@@ -202,47 +176,7 @@ pub fn assemble(
             }
         },
     };
-    let top = train
-        .labels
-        .iter()
-        .chain(&test.labels)
-        .copied()
-        .max()
-        .unwrap_or(0) as usize;
-    let class_names = match meta.class_names {
-        Some(names) => {
-            if top >= names.len() {
-                return Err(bad(
-                    &meta_path,
-                    format,
-                    format!("{} class names, but the data has label {top}", names.len()),
-                ));
-            }
-            names
-        }
-        None => {
-            // Classes are the labels 0..=top: each must have training samples, or the labels
-            // are not class indices (a stray 1000000 would make a head a million wide).
-            let mut seen = vec![false; top + 1];
-            train.labels.iter().for_each(|&l| seen[l as usize] = true);
-            let empty: Vec<usize> = (0..=top).filter(|&c| !seen[c]).collect();
-            if !empty.is_empty() {
-                let few: Vec<String> = empty.iter().take(5).map(|c| c.to_string()).collect();
-                return Err(bad(
-                    dir,
-                    format,
-                    format!(
-                        "labels must be the class indices 0..{}: {} of them have no training sample ({}{}); renumber the labels, or name every class in dataset.toml's class_names to keep empty classes",
-                        top + 1,
-                        empty.len(),
-                        few.join(", "),
-                        if empty.len() > 5 { ", …" } else { "" }
-                    ),
-                ));
-            }
-            (0..=top).map(|c| c.to_string()).collect()
-        }
-    };
+    let class_names = class_names(format, dir, &meta_path, meta.class_names, &train, &test)?;
     let mut train = Split {
         values: train.values,
         labels: train.labels,
@@ -280,6 +214,101 @@ pub fn assemble(
         test,
         input,
     })
+}
+
+/// Checks that both splits hold `features` values per label, have samples, and store values
+/// of one type.
+///
+/// # Errors
+/// [`Error::DataFile`] naming `dir`.
+fn check_splits(
+    format: &'static str,
+    dir: &Path,
+    train: &Raw,
+    test: &Raw,
+    features: usize,
+) -> Result<()> {
+    for (what, raw) in [("train", train), ("test", test)] {
+        if raw.values.len() != raw.labels.len() * features {
+            return Err(bad(
+                dir,
+                format,
+                format!(
+                    "the {what} split has {} values for {} samples of {features}",
+                    raw.values.len(),
+                    raw.labels.len()
+                ),
+            ));
+        }
+        if raw.labels.is_empty() {
+            return Err(bad(dir, format, format!("the {what} split has no samples")));
+        }
+    }
+    if std::mem::discriminant(&train.values) != std::mem::discriminant(&test.values) {
+        return Err(bad(
+            dir,
+            format,
+            format!(
+                "the train split holds {} values, the test split {}; give both the same type",
+                train.values.dtype(),
+                test.values.dtype()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The class names: `dataset.toml`'s (which must cover every label), else the labels
+/// `0..=top` as text, each of which must have a training sample.
+///
+/// # Errors
+/// [`Error::DataFile`] naming `dataset.toml` (too few names) or `dir` (a label without
+/// training samples).
+fn class_names(
+    format: &'static str,
+    dir: &Path,
+    meta_path: &Path,
+    names: Option<Vec<String>>,
+    train: &Raw,
+    test: &Raw,
+) -> Result<Vec<String>> {
+    let top = train
+        .labels
+        .iter()
+        .chain(&test.labels)
+        .copied()
+        .max()
+        .unwrap_or(0) as usize;
+    if let Some(names) = names {
+        if top >= names.len() {
+            return Err(bad(
+                meta_path,
+                format,
+                format!("{} class names, but the data has label {top}", names.len()),
+            ));
+        }
+        return Ok(names);
+    }
+    // Classes are the labels 0..=top: each must have training samples, or the labels are not
+    // class indices (a stray 1000000 would make a head a million wide).
+    let mut seen = vec![false; top + 1];
+    train.labels.iter().for_each(|&l| seen[l as usize] = true);
+    let empty: Vec<usize> = (0..=top).filter(|&c| !seen[c]).collect();
+    if !empty.is_empty() {
+        let few: Vec<String> = empty.iter().take(5).map(|c| c.to_string()).collect();
+        return Err(bad(
+            dir,
+            format,
+            format!(
+                "labels must be the class indices 0..{}: {} of them have no training sample ({}{}); renumber the labels, or name every class in dataset.toml's class_names to keep empty classes",
+                top + 1,
+                empty.len(),
+                few.join(", "),
+                if empty.len() > 5 { ", …" } else { "" }
+            ),
+        ));
+    }
+    Ok((0..=top).map(|c| c.to_string()).collect())
 }
 
 /// The normalisation groups of a sample shape when the statistics are computed: one per
@@ -391,7 +420,7 @@ pub fn labels_from_i64(
 /// # Errors
 /// [`Error::Usage`] when `out` exists (nothing is overwritten); [`Error::Io`] and the writer's
 /// errors otherwise.
-pub fn export(ds: &Dataset, out: &Path, write: crate::component::DatasetWriter) -> Result<PathBuf> {
+pub fn export(ds: &Dataset, out: &Path, write: crate::data::DatasetWriter) -> Result<PathBuf> {
     if out.exists() {
         return Err(Error::Usage(format!(
             "{} exists; export writes a new directory (remove it or choose another --out)",

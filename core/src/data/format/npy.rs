@@ -12,9 +12,9 @@
 //! `engram data export --format npy` writes the four `.npy` files (`*_y` as `int64`).
 
 use super::{Meta, Raw, bad};
+use crate::data::InputShape;
 use crate::data::dataset::{Dataset, Values};
 use crate::error::{Error, Result};
-use crate::model::InputShape;
 use npyz::{DType, NpyFile, TypeChar, WriterBuilder};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -25,7 +25,7 @@ const FORMAT: &str = "npy";
 pub const ARRAYS: [&str; 4] = ["train_x", "train_y", "test_x", "test_y"];
 
 /// The registration of `format = "npy"`.
-pub const REGISTRATION: crate::registry::Registration = crate::registration!(format "npy", "NumPy arrays: train_x.npy [n, …] (uint8 or float), train_y.npy [n] (integers), test_x.npy, test_y.npy, or one .npz of the four", crate::data::dataset::IdxParams, read, write);
+pub const REGISTRATION: crate::component::Registration = crate::registration!(format "npy", "NumPy arrays: train_x.npy [n, …] (uint8 or float), train_y.npy [n] (integers), test_x.npy, test_y.npy, or one .npz of the four", crate::data::dataset::IdxParams, read, write);
 
 /// An array as read: its shape and values.
 struct Array {

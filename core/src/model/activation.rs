@@ -1,0 +1,171 @@
+//! What flows between blocks ([`Activation`], each variant naming its shape) and what a block
+//! may know about the forward pass ([`ForwardCtx`]).
+
+use burn::tensor::{Device, Tensor};
+
+/// The value that flows between blocks. Each variant names its shape.
+#[derive(Clone, Debug)]
+pub enum Activation {
+    /// Flat features, `[batch, features]` (MLP layers, logits).
+    Flat(Tensor<2>),
+    /// A token sequence, `[batch, tokens, d_model]` (transformer blocks).
+    Seq(Tensor<3>),
+    /// Images, `[batch, channels, height, width]` (convolutions).
+    Image(Tensor<4>),
+}
+
+impl Activation {
+    /// The `[batch, features]` tensor; other variants are flattened per sample.
+    pub fn into_flat(self) -> Tensor<2> {
+        match self {
+            Activation::Flat(t) => t,
+            Activation::Seq(t) => t.flatten(1, 2),
+            Activation::Image(t) => t.flatten(1, 3),
+        }
+    }
+
+    /// Images `[batch, channels, height, width]` of `shape` `[channels, height, width]`: a flat
+    /// activation `[batch, c·h·w]` (the trainer's input) is reshaped in row-major order, an
+    /// image is returned as it is.
+    ///
+    /// # Panics
+    /// On a token sequence, or when the sizes do not match (the model factory checks the data's
+    /// [`InputShape`] before training, so this is a bug in the block).
+    pub fn into_image(self, shape: [usize; 3]) -> Tensor<4> {
+        match self {
+            Activation::Image(t) => t,
+            Activation::Flat(t) => {
+                let [b, _] = t.dims();
+                t.reshape([b, shape[0], shape[1], shape[2]])
+            }
+            Activation::Seq(_) => panic!("a token sequence [batch, tokens, d] is not an image"),
+        }
+    }
+
+    /// The device the activation lives on.
+    pub fn device(&self) -> Device {
+        match self {
+            Activation::Flat(t) => t.device(),
+            Activation::Seq(t) => t.device(),
+            Activation::Image(t) => t.device(),
+        }
+    }
+
+    /// The batch size (first dimension) in samples.
+    pub fn batch_size(&self) -> usize {
+        match self {
+            Activation::Flat(t) => t.dims()[0],
+            Activation::Seq(t) => t.dims()[0],
+            Activation::Image(t) => t.dims()[0],
+        }
+    }
+
+    /// The same activation detached from the autodiff graph (a new leaf).
+    pub fn detach(self) -> Self {
+        match self {
+            Activation::Flat(t) => Activation::Flat(t.detach()),
+            Activation::Seq(t) => Activation::Seq(t.detach()),
+            Activation::Image(t) => Activation::Image(t.detach()),
+        }
+    }
+
+    /// The gradient of this activation in `grads` (it must have been marked with
+    /// [`Activation::require_grad`]), as an untracked activation of the same shape.
+    pub fn grad(&self, grads: &burn::tensor::Gradients) -> Option<Activation> {
+        Some(match self {
+            Activation::Flat(t) => Activation::Flat(t.grad(grads)?),
+            Activation::Seq(t) => Activation::Seq(t.grad(grads)?),
+            Activation::Image(t) => Activation::Image(t.grad(grads)?),
+        })
+    }
+
+    /// `Σ self ⊙ upstream` as a scalar `[1]`: backpropagating it sends `upstream` into the
+    /// graph that produced `self` (the surrogate loss of segment recomputation).
+    ///
+    /// # Panics
+    /// When the two activations are of different variants or shapes (a bug in the caller).
+    pub fn dot(self, upstream: Activation) -> Tensor<1> {
+        let up = |u: Activation| match u {
+            // A constant: an untracked tensor joins any autodiff context (lifting it with
+            // `autodiff()` would give it the default checkpointing strategy, which panics
+            // against a device with op-level checkpointing).
+            Activation::Flat(t) => t.detach().flatten::<1>(0, 1),
+            Activation::Seq(t) => t.detach().flatten::<1>(0, 2),
+            Activation::Image(t) => t.detach().flatten::<1>(0, 3),
+        };
+        let mine = match self {
+            Activation::Flat(t) => t.flatten::<1>(0, 1),
+            Activation::Seq(t) => t.flatten::<1>(0, 2),
+            Activation::Image(t) => t.flatten::<1>(0, 3),
+        };
+        (mine * up(upstream)).sum()
+    }
+
+    /// The same activation marked as requiring a gradient (for segment recomputation).
+    pub fn require_grad(self) -> Self {
+        match self {
+            Activation::Flat(t) => Activation::Flat(t.require_grad()),
+            Activation::Seq(t) => Activation::Seq(t.require_grad()),
+            Activation::Image(t) => Activation::Image(t.require_grad()),
+        }
+    }
+}
+
+/// What a block may know about the current forward pass.
+#[derive(Clone, Debug, Default)]
+pub struct ForwardCtx {
+    /// The task the batch belongs to, where the scenario provides it (task-incremental
+    /// training and evaluation); `None` in class- and domain-incremental evaluation.
+    pub task: Option<usize>,
+    /// This forward repeats one already run in the same step (a checkpointed segment recomputed
+    /// in backward): blocks must compute exactly as before but not update state again (batch
+    /// norm's running statistics, see [`cnn::batch_norm`]).
+    pub replay: bool,
+    /// This forward is the trainer's evaluation (a row of the accuracy matrix, `engram eval`),
+    /// on the inference copy of the model. A block may classify differently there (replay's
+    /// nearest-class-mean head does).
+    pub evaluation: bool,
+}
+
+impl ForwardCtx {
+    /// A training forward of a batch of task `task` (`None`: rows of several tasks); build it
+    /// with [`Batch::forward_ctx`](crate::data::stream::Batch::forward_ctx).
+    pub fn training(task: Option<usize>) -> Self {
+        Self {
+            task,
+            replay: false,
+            evaluation: false,
+        }
+    }
+
+    /// An evaluation forward on the inference copy; `task` is given only where the scenario
+    /// provides task identity at test time (task-incremental).
+    pub fn evaluation(task: Option<usize>) -> Self {
+        Self {
+            task,
+            replay: false,
+            evaluation: true,
+        }
+    }
+
+    /// The same forward repeated in backward (a recomputed checkpoint segment).
+    pub fn replayed(&self) -> Self {
+        Self {
+            replay: true,
+            ..self.clone()
+        }
+    }
+}
+
+impl crate::data::stream::Batch {
+    /// The context of a training forward over this batch ([`ForwardCtx::training`]): its task
+    /// when every row belongs to one task, `None` for a batch that mixes tasks (replayed rows
+    /// joined it), so that a task-routed block never sends an old task's row to the current
+    /// task's branch. (Defined here, with the context, so that the data layer needs nothing
+    /// of the model layer.)
+    pub fn forward_ctx(&self) -> ForwardCtx {
+        let first = self.refs.first().map(|r| r.task);
+        let one = first.filter(|&t| self.refs.iter().all(|r| r.task == t));
+        ForwardCtx::training(one.map(|t| t as usize))
+    }
+}
