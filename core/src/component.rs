@@ -158,31 +158,61 @@ pub trait SchedulerComponent: Component {}
 /// The parameters of a model.
 pub trait ModelComponent: Component {}
 
-/// Implements [`Component`] (and the kind's marker trait, [`ForgettingComponent`] …) for a
-/// parameter type: `component!(EwcParams, forgetting "ewc");`.
+/// Declares a built-in component once: its kind and name, its summary, its keys (the
+/// parameter type, `Serialize + Default`, whose defaults `engram list` shows) and its builder
+/// become the `pub const REGISTRATION` of its file and the parameter type's [`Component`]
+/// implementation (with the kind's marker trait, [`ForgettingComponent`] …), so that the
+/// builder's own code names the component as `Params::NAME` and no name is written twice.
+///
+/// ```ignore
+/// engram_core::component!(forgetting "ewc", "Elastic Weight Consolidation", EwcParams, build);
+/// engram_core::component!(pub const LR = scheduler "lr", "learning-rate schedule", LrParams, build_lr);
+/// engram_core::component!(format "csv", "train.csv and test.csv", CsvParams, read, write);
+/// ```
+/// The first form names the constant `REGISTRATION`; `$build` is the kind's factory
+/// ([`Factory`]), a format's being its reader and writer. (The older form
+/// `component!(Params, forgetting "name")` implements [`Component`] alone.)
 #[macro_export]
 macro_rules! component {
-    ($params:ty, forgetting $name:literal) => {
-        $crate::component!(@ $params, Forgetting, $name);
+    (@kind forgetting) => { $crate::component::Kind::Forgetting };
+    (@kind memory) => { $crate::component::Kind::Memory };
+    (@kind scheduler) => { $crate::component::Kind::Scheduler };
+    (@kind model) => { $crate::component::Kind::Model };
+    (@kind dataset) => { $crate::component::Kind::Dataset };
+    (@kind format) => { $crate::component::Kind::Format };
+    (@marker forgetting $params:ty) => {
         impl $crate::component::ForgettingComponent for $params {}
     };
-    ($params:ty, memory $name:literal) => {
-        $crate::component!(@ $params, Memory, $name);
+    (@marker memory $params:ty) => {
         impl $crate::component::MemoryComponent for $params {}
     };
-    ($params:ty, scheduler $name:literal) => {
-        $crate::component!(@ $params, Scheduler, $name);
+    (@marker scheduler $params:ty) => {
         impl $crate::component::SchedulerComponent for $params {}
     };
-    ($params:ty, model $name:literal) => {
-        $crate::component!(@ $params, Model, $name);
+    (@marker model $params:ty) => {
         impl $crate::component::ModelComponent for $params {}
     };
-    (@ $params:ty, $kind:ident, $name:literal) => {
+    (@marker dataset $params:ty) => {};
+    (@marker format $params:ty) => {};
+    (pub const $reg:ident = $kind:ident $name:literal, $summary:literal, $params:ty, $($build:path),+ $(,)?) => {
         impl $crate::component::Component for $params {
-            const KIND: $crate::component::Kind = $crate::component::Kind::$kind;
+            const KIND: $crate::component::Kind = $crate::component!(@kind $kind);
             const NAME: &'static str = $name;
         }
+        $crate::component!(@marker $kind $params);
+        #[doc = concat!("The registration of the ", stringify!($kind), " `", $name, "`: ", $summary, ".")]
+        pub const $reg: $crate::component::Registration =
+            $crate::registration!($kind $name, $summary, $params, $($build),+);
+    };
+    ($kind:ident $name:literal, $summary:literal, $params:ty, $($build:path),+ $(,)?) => {
+        $crate::component!(pub const REGISTRATION = $kind $name, $summary, $params, $($build),+);
+    };
+    ($params:ty, $kind:ident $name:literal) => {
+        impl $crate::component::Component for $params {
+            const KIND: $crate::component::Kind = $crate::component!(@kind $kind);
+            const NAME: &'static str = $name;
+        }
+        $crate::component!(@marker $kind $params);
     };
 }
 

@@ -102,6 +102,11 @@ pub struct DataConfig {
     /// of values.
     #[serde(default)]
     pub shape: Option<Vec<usize>>,
+    /// `[data.options]`: the keys of the format or dataset `[data]` names, decoded by its
+    /// reader into its own typed keys (unknown ones are positioned errors). No built-in takes
+    /// any yet. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<toml::Table>,
     /// The scenario. Default `class-incremental`.
     #[serde(default = "default_scenario")]
     pub scenario: Scenario,

@@ -33,13 +33,11 @@ impl ParamSource {
         let src: &str = &self.source;
         let doc = DeTable::parse(src).map_err(|e| toml_error(&self.file, src, &e))?;
         let entry: Option<Spanned<DeValue<'_>>> =
-            doc.get_ref()
-                .get(self.list)
-                .and_then(|v| match v.get_ref() {
-                    DeValue::Array(a) => a.get(self.index).cloned(),
-                    DeValue::Table(_) if self.index == 0 => Some(v.clone()),
-                    _ => None,
-                });
+            table_at(doc.get_ref(), self.list).and_then(|v| match v.get_ref() {
+                DeValue::Array(a) => a.get(self.index).cloned(),
+                DeValue::Table(_) if self.index == 0 => Some(v.clone()),
+                _ => None,
+            });
         let entry = entry.unwrap_or_else(|| Spanned::new(0..0, DeValue::Table(DeTable::new())));
         let span = entry.span();
         let table = match entry.into_inner() {
@@ -90,7 +88,7 @@ impl ParamSource {
     pub fn key_error(&self, key: &str, message: String, hint: Option<String>) -> Error {
         let src: &str = &self.source;
         let offset = DeTable::parse(src).ok().and_then(|doc| {
-            let v = doc.get_ref().get(self.list)?;
+            let v = table_at(doc.get_ref(), self.list)?;
             let entry = match v.get_ref() {
                 DeValue::Array(a) => a.get(self.index)?.clone(),
                 _ => v.clone(),
@@ -110,4 +108,18 @@ impl ParamSource {
     pub fn list(&self) -> &str {
         self.list
     }
+}
+
+/// The value at `list` of `doc`: a top-level key, or a dotted path into tables
+/// (`data.options`).
+fn table_at<'a, 'b>(doc: &'a DeTable<'b>, list: &str) -> Option<&'a Spanned<DeValue<'b>>> {
+    let mut parts = list.split('.');
+    let mut v = doc.get(parts.next()?)?;
+    for part in parts {
+        match v.get_ref() {
+            DeValue::Table(t) => v = t.get(part)?,
+            _ => return None,
+        }
+    }
+    Some(v)
 }

@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 pub struct DatasetSpec {
     /// The name used in `[data] dataset` and as the directory name.
     pub name: &'static str,
+    /// One line saying what it is (`engram list`, the reference page).
+    pub summary: &'static str,
     /// Per-pixel mean of the training set after scaling to `[0, 1]`.
     pub mean: f32,
     /// Per-pixel standard deviation of the training set after scaling to `[0, 1]`.
@@ -46,6 +48,7 @@ pub const FILES: [&str; 4] = [
 pub const DATASETS: &[DatasetSpec] = &[
     DatasetSpec {
         name: "fashion-mnist",
+        summary: "Fashion-MNIST (Xiao et al. 2017): 70,000 28×28 gray images of 10 clothing classes, IDX files",
         mean: 0.2860,
         std: 0.3530,
         classes: 10,
@@ -72,6 +75,7 @@ pub const DATASETS: &[DatasetSpec] = &[
     },
     DatasetSpec {
         name: "mnist",
+        summary: "MNIST (LeCun et al. 1998): 70,000 28×28 gray images of handwritten digits, IDX files",
         mean: 0.1307,
         std: 0.3081,
         classes: 10,
@@ -82,14 +86,24 @@ pub const DATASETS: &[DatasetSpec] = &[
     },
 ];
 
-/// The registration of `fashion-mnist` ([`DATASETS`]' first entry).
-pub const FASHION_MNIST_REGISTRATION: crate::component::Registration = crate::registration!(dataset "fashion-mnist", "Fashion-MNIST (Xiao et al. 2017): 70,000 28×28 gray images of 10 clothing classes, IDX files", IdxParams, load_request);
+impl DatasetSpec {
+    /// Its registration: the dataset `name` with its summary, no keys ([`IdxParams`]) and
+    /// [`load_request`] as the factory. [`crate::data::BUILTINS`] holds one for each entry of
+    /// [`DATASETS`], the one list of the IDX datasets.
+    pub const fn registration(&self) -> crate::component::Registration {
+        crate::component::Registration {
+            name: self.name,
+            summary: self.summary,
+            defaults: crate::component::defaults_table::<IdxParams>,
+            factory: crate::component::Factory::Dataset(load_request),
+        }
+    }
+}
 
-/// The registration of `mnist` ([`DATASETS`]' second entry).
-pub const MNIST_REGISTRATION: crate::component::Registration = crate::registration!(dataset "mnist", "MNIST (LeCun et al. 1998): 70,000 28×28 gray images of handwritten digits, IDX files", IdxParams, load_request);
-
-/// The IDX datasets' keys: they take none beyond `[data]`'s own (`path`).
+/// The IDX datasets' keys (`[data.options]`): they take none beyond `[data]`'s own (`path`);
+/// any key is refused, with its position.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct IdxParams {}
 
 /// The factory of the IDX datasets of [`DATASETS`] ([`crate::data::BUILTINS`]): [`load`].
@@ -97,6 +111,7 @@ pub struct IdxParams {}
 /// # Errors
 /// As [`load`].
 pub fn load_request(req: &super::DatasetRequest<'_>) -> Result<Dataset> {
+    let IdxParams {} = req.options()?;
     load(req.name, req.path)
 }
 

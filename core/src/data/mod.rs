@@ -21,16 +21,31 @@ pub use shape::InputShape;
 
 use std::path::Path;
 
-/// The built-in datasets and data formats, one line each (the registry, `engram list` and
-/// the reference page are generated from it).
-pub const BUILTINS: &[crate::component::Registration] = &[
-    dataset::FASHION_MNIST_REGISTRATION,
-    dataset::MNIST_REGISTRATION,
+/// The data formats, one line each.
+const FORMATS: [crate::component::Registration; 4] = [
     format::idx::REGISTRATION,
     format::npy::REGISTRATION,
     format::csv::REGISTRATION,
     format::image_folder::REGISTRATION,
 ];
+
+/// The built-in datasets and data formats: one registration for each IDX dataset of
+/// [`dataset::DATASETS`] (their one list), then [`FORMATS`] (the registry, `engram list` and
+/// the reference page are generated from it).
+pub const BUILTINS: &[crate::component::Registration] = &{
+    const IDX: usize = dataset::DATASETS.len();
+    let mut out = [FORMATS[0]; IDX + FORMATS.len()];
+    let mut i = 0;
+    while i < IDX {
+        out[i] = dataset::DATASETS[i].registration();
+        i += 1;
+    }
+    while i < out.len() {
+        out[i] = FORMATS[i - IDX];
+        i += 1;
+    }
+    out
+};
 
 /// What a dataset factory is asked to load.
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +56,20 @@ pub struct DatasetRequest<'a> {
     /// `[data] path`, resolved against the config's directory; `None` when not given (the
     /// factory then looks in its default places; a format requires it).
     pub path: Option<&'a Path>,
+    /// `[data.options]`: the keys of this format or dataset, decoded with
+    /// [`DatasetRequest::options`] (empty when the config gives none, and outside a config).
+    pub options: &'a crate::config::ParamSource,
+}
+
+impl DatasetRequest<'_> {
+    /// Decodes `[data.options]` into the reader's typed keys `T` (a struct with
+    /// `#[serde(deny_unknown_fields)]` and defaults).
+    ///
+    /// # Errors
+    /// A positioned [`crate::Error::Config`] for an unknown key or a wrong type.
+    pub fn options<T: serde::de::DeserializeOwned>(&self) -> crate::error::Result<T> {
+        self.options.parse()
+    }
 }
 
 /// Loads a dataset from what `[data]` says ([`DatasetRequest`]).

@@ -273,6 +273,4 @@ pub fn build(
     ))
 }
 
-/// The registration of `cnn`.
-pub const REGISTRATION: crate::component::Registration = crate::registration!(model "cnn", "small convolutional network: conv blocks (3×3 conv, ReLU, batch norm, 2×2 max pool) and a linear head, on images of any size and channel count", CnnParams, build);
-crate::component!(CnnParams, model "cnn");
+crate::component!(model "cnn", "small convolutional network: conv blocks (3×3 conv, ReLU, batch norm, 2×2 max pool) and a linear head, on images of any size and channel count", CnnParams, build);

@@ -191,6 +191,4 @@ pub fn build(
     ))
 }
 
-/// The registration of `mlp`.
-pub const REGISTRATION: crate::component::Registration = crate::registration!(model "mlp", "multilayer perceptron on flat features: dense blocks (linear, activation, dropout) and a linear head", MlpParams, build);
-crate::component!(MlpParams, model "mlp");
+crate::component!(model "mlp", "multilayer perceptron on flat features: dense blocks (linear, activation, dropout) and a linear head", MlpParams, build);

@@ -239,7 +239,7 @@ pub fn build(
         ));
     }
     super::mlp::check_dropout(src, p.dropout)?;
-    let (channels, side) = cx.square_side(src, "vit")?;
+    let (channels, side) = cx.square_side(src, <VitParams as crate::component::Component>::NAME)?;
     let patch = match p.patch {
         None => default_patch(side),
         Some(q) if q > 0 && q <= side && side.is_multiple_of(q) => q,
@@ -277,9 +277,7 @@ pub fn build(
     ))
 }
 
-/// The registration of `vit`.
-pub const REGISTRATION: crate::component::Registration = crate::registration!(model "vit", "vision transformer: patch embedding, pre-norm encoder blocks (multi-head attention and MLP), token-mean head; `patch` (unset by default) is the patch side, else the divisor of the image side nearest a quarter of it", VitParams, build);
-crate::component!(VitParams, model "vit");
+crate::component!(model "vit", "vision transformer: patch embedding, pre-norm encoder blocks (multi-head attention and MLP), token-mean head; `patch` (unset by default) is the patch side, else the divisor of the image side nearest a quarter of it", VitParams, build);
 
 #[cfg(test)]
 mod tests {

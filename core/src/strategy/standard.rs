@@ -95,7 +95,7 @@ pub fn plain_step(req: StepRequest<'_>) -> Result<StepOutcome> {
 
 impl MemoryStrategy for Standard {
     fn name(&self) -> &str {
-        "standard"
+        <StandardParams as crate::component::Component>::NAME
     }
     fn layer(&self) -> MemoryLayer {
         MemoryLayer::Execution
@@ -110,5 +110,4 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
     Ok(Box::new(Standard))
 }
 
-/// The registration of `standard`.
-pub const REGISTRATION: crate::component::Registration = crate::registration!(memory "standard", "plain forward and backward with a full autodiff graph", StandardParams, build);
+crate::component!(memory "standard", "plain forward and backward with a full autodiff graph", StandardParams, build);

@@ -18,13 +18,18 @@ use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-const FORMAT: &str = "csv";
+const FORMAT: &str = <CsvOptions as crate::component::Component>::NAME;
 
 /// The two files.
 pub const FILES: [&str; 2] = ["train.csv", "test.csv"];
 
-/// The registration of `format = "csv"`.
-pub const REGISTRATION: crate::component::Registration = crate::registration!(format "csv", "train.csv and test.csv with a header row, a `label` column (indices or names) and the feature columns", crate::data::dataset::IdxParams, read, write);
+/// `[data.options]` of `format = "csv"`: it takes no keys yet (any key is refused, with
+/// its position).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CsvOptions {}
+
+crate::component!(format "csv", "train.csv and test.csv with a header row, a `label` column (indices or names) and the feature columns", CsvOptions, read, write);
 
 /// One file as read: the header, values (bytes while every cell is one), label cells.
 struct Table {
@@ -140,6 +145,7 @@ fn read_table(path: &Path) -> Result<Table> {
 /// `dataset.toml` does not name, headers that differ; [`super::assemble`]'s.
 pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
     let dir = super::required_dir(req, FORMAT)?;
+    let CsvOptions {} = req.options()?;
     let train = read_table(&dir.join(FILES[0]))?;
     let test = read_table(&dir.join(FILES[1]))?;
     if train.header != test.header {

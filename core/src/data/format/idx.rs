@@ -11,10 +11,15 @@ use crate::error::{Error, IdxError, Result};
 use std::path::{Path, PathBuf};
 
 /// The format's name, as in `[data] format` and in its errors.
-pub const FORMAT: &str = "idx";
+pub const FORMAT: &str = <IdxOptions as crate::component::Component>::NAME;
 
-/// The registration of `format = "idx"`.
-pub const REGISTRATION: crate::component::Registration = crate::registration!(format "idx", "the four IDX files of the MNIST family (raw or .gz): bytes [n, height, width] or [n, channels, height, width], labels [n]", crate::data::dataset::IdxParams, read, write);
+/// `[data.options]` of `format = "idx"`: it takes no keys yet (any key is refused, with
+/// its position).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdxOptions {}
+
+crate::component!(format "idx", "the four IDX files of the MNIST family (raw or .gz): bytes [n, height, width] or [n, channels, height, width], labels [n]", IdxOptions, read, write);
 
 /// A file of `dir` named `stem`, raw or `.gz`: whatever is there under that name (a device or
 /// a FIFO too, which the bounded read then refuses by name instead of calling it missing).
@@ -109,6 +114,7 @@ pub fn read_splits(dir: &Path) -> Result<(InputShape, Raw, Raw)> {
 /// As [`read_splits`] and [`super::assemble`].
 pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
     let dir = super::required_dir(req, FORMAT)?;
+    let IdxOptions {} = req.options()?;
     let (shape, train, test) = read_splits(dir)?;
     let name = super::display_name(req, dir);
     super::assemble(FORMAT, &name, dir, train, test, shape, Meta::read(dir)?)

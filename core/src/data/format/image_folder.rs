@@ -19,13 +19,18 @@ use crate::data::dataset::{Dataset, Values};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-const FORMAT: &str = "image-folder";
+const FORMAT: &str = <ImageFolderOptions as crate::component::Component>::NAME;
 
 /// The two split folders.
 pub const SPLITS: [&str; 2] = ["train", "test"];
 
-/// The registration of `format = "image-folder"`.
-pub const REGISTRATION: crate::component::Registration = crate::registration!(format "image-folder", "torchvision's ImageFolder layout: train/CLASS/*.png or .jpg and test/CLASS/*, gray or RGB, classes in sorted folder order", crate::data::dataset::IdxParams, read, write);
+/// `[data.options]` of `format = "image-folder"`: it takes no keys yet (any key is refused, with
+/// its position).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageFolderOptions {}
+
+crate::component!(format "image-folder", "torchvision's ImageFolder layout: train/CLASS/*.png or .jpg and test/CLASS/*, gray or RGB, classes in sorted folder order", ImageFolderOptions, read, write);
 
 fn sorted_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
@@ -192,6 +197,7 @@ fn read_split(
 /// [`Error::Io`] for an unreadable directory; [`super::assemble`]'s.
 pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
     let dir = super::required_dir(req, FORMAT)?;
+    let ImageFolderOptions {} = req.options()?;
     let classes: Vec<String> = class_dirs(&dir.join(SPLITS[0]))?
         .into_iter()
         .map(|(n, _)| n)

@@ -497,6 +497,51 @@ mod tests {
         }
     }
 
+    /// Every format and the IDX datasets decode `[data.options]` into their own typed keys:
+    /// an unknown key is a positioned config error naming it, before any file is read.
+    #[test]
+    fn formats_and_datasets_refuse_unknown_options() {
+        let src = crate::config::LoadedConfig::from_source(
+            Path::new("t.toml"),
+            "[data]\nformat = \"csv\"\npath = \".\"\n[data.options]\ncolumn = \"text\"\n[model]\ntype = \"mlp\"\n"
+                .to_string(),
+        )
+        .unwrap();
+        let options = src.params("data.options", 0);
+        let dir = std::env::temp_dir();
+        for reg in crate::data::BUILTINS {
+            let req = crate::data::DatasetRequest {
+                name: reg.name,
+                path: Some(&dir),
+                options: &options,
+            };
+            let read = match reg.factory {
+                crate::component::Factory::Format(f) => f.read,
+                crate::component::Factory::Dataset(f) => f,
+                _ => unreachable!("data registrations"),
+            };
+            match read(&req) {
+                Err(Error::Config { line, message, .. }) => {
+                    assert_eq!(line, 5, "{}", reg.name);
+                    assert!(
+                        message.contains("unknown field `column`"),
+                        "{}: {message}",
+                        reg.name
+                    );
+                }
+                other => panic!("{}: {:?}", reg.name, other.map(|d| d.name)),
+            }
+        }
+        // No options: nothing to refuse (the reader then reads, and fails on this directory).
+        let none = crate::config::ParamSource::from_toml("");
+        let req = crate::data::DatasetRequest {
+            name: "t",
+            path: Some(&dir),
+            options: &none,
+        };
+        assert!(!matches!(csv::read(&req), Err(Error::Config { .. })));
+    }
+
     fn input_of() -> InputShape {
         InputShape::Image {
             channels: 2,

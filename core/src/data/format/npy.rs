@@ -19,13 +19,18 @@ use npyz::{DType, NpyFile, TypeChar, WriterBuilder};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-const FORMAT: &str = "npy";
+const FORMAT: &str = <NpyOptions as crate::component::Component>::NAME;
 
 /// The four arrays, by name.
 pub const ARRAYS: [&str; 4] = ["train_x", "train_y", "test_x", "test_y"];
 
-/// The registration of `format = "npy"`.
-pub const REGISTRATION: crate::component::Registration = crate::registration!(format "npy", "NumPy arrays: train_x.npy [n, …] (uint8 or float), train_y.npy [n] (integers), test_x.npy, test_y.npy, or one .npz of the four", crate::data::dataset::IdxParams, read, write);
+/// `[data.options]` of `format = "npy"`: it takes no keys yet (any key is refused, with
+/// its position).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NpyOptions {}
+
+crate::component!(format "npy", "NumPy arrays: train_x.npy [n, …] (uint8 or float), train_y.npy [n] (integers), test_x.npy, test_y.npy, or one .npz of the four", NpyOptions, read, write);
 
 /// An array as read: its shape and values.
 struct Array {
@@ -333,6 +338,7 @@ fn split(src: &Source, x: &str, y: &str) -> Result<(InputShape, Raw)> {
 /// not fit, a negative label; [`Error::Io`] for an unreadable file; [`super::assemble`]'s.
 pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
     let path = super::required_dir(req, FORMAT)?;
+    let NpyOptions {} = req.options()?;
     let src = source(path)?;
     let (input, train) = split(&src, ARRAYS[0], ARRAYS[1])?;
     let (test_input, test) = split(&src, ARRAYS[2], ARRAYS[3])?;
