@@ -182,6 +182,7 @@ fn malformed_configs_are_positioned_typed_errors() {
 
 #[test]
 fn missing_config_and_bad_overrides() {
+    crate::util::require_fmnist!();
     let (code, msg) = run(&["run", "/nonexistent/x.toml"]);
     assert_eq!(code, 2, "{msg}");
     assert!(msg.contains("/nonexistent/x.toml"), "{msg}");
@@ -297,6 +298,7 @@ fn missing_dataset_says_how_to_get_it() {
 
 #[test]
 fn unknown_device_and_missing_backend() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let f = small_config(d.path(), "c.toml", "");
     let (code, msg) = run(&[
@@ -368,6 +370,7 @@ fn strategy_values_and_data_path_are_checked_with_positions() {
 /// does not blame the config's `device = "cpu"` line or `--set` overrides nobody gave.
 #[test]
 fn a_missing_device_blames_the_flag_not_the_config() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let f = small_config(d.path(), "dev.toml", "");
     for dev in ["tpu", "cuda"] {
@@ -515,6 +518,7 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
 /// memory is gone).
 #[test]
 fn devices_and_directories_given_as_files_are_refused_before_they_are_read() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let expect = |args: &[&str], needle: &str| {
         let (code, msg) = run(args);

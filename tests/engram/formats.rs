@@ -72,6 +72,7 @@ fn assert_same(a: &Dataset, b: &Dataset, what: &str) {
 
 #[test]
 fn every_format_reads_back_what_it_wrote_gray_and_colour() {
+    crate::util::require_fmnist!();
     let r = engram::registry();
     let gray = slice(300, 100);
     let rgb = colour(&gray);
@@ -101,6 +102,7 @@ fn every_format_reads_back_what_it_wrote_gray_and_colour() {
 
 #[test]
 fn without_dataset_toml_classes_and_normalisation_come_from_the_data() {
+    crate::util::require_fmnist!();
     let r = engram::registry();
     let ds = slice(400, 100);
     let d = tempfile::tempdir().unwrap();
@@ -167,6 +169,7 @@ fn float_values_and_named_labels_in_csv() {
 
 #[test]
 fn malformed_files_are_typed_errors_that_name_the_file() {
+    crate::util::require_fmnist!();
     let r = engram::registry();
     let d = tempfile::tempdir().unwrap();
     let reason = |format: &str, dir: &Path| match r.read_data("x", Some(format), Some(dir)) {
@@ -294,6 +297,7 @@ fn malformed_files_are_typed_errors_that_name_the_file() {
 
 #[test]
 fn a_run_on_an_npy_export_gives_the_idx_run_s_report() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let npy = d.path().join("fmnist-npy");
     let (code, msg) = run(&[
@@ -335,6 +339,7 @@ fn a_run_on_an_npy_export_gives_the_idx_run_s_report() {
 
 #[test]
 fn init_from_an_export_reproduces_the_model_and_a_pytorch_file_loads_transposed() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "c.toml", "");
     let run_dir = d.path().join("trained");
@@ -409,6 +414,7 @@ fn init_from_an_export_reproduces_the_model_and_a_pytorch_file_loads_transposed(
 
 #[test]
 fn the_library_builder_trains_in_memory_data_and_resumes_it() {
+    crate::util::require_fmnist!();
     use engram::Experiment;
     use engram::core::model::mlp::MlpParams;
     use engram::strategies::{ewc::EwcParams, replay::ReplayParams};

@@ -360,6 +360,7 @@ fn the_format_readers_never_panic_on_mutated_files() {
 
 #[test]
 fn the_checkpoint_reader_never_panics_on_mutated_checkpoints() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = crate::util::small_config(
         d.path(),

@@ -29,6 +29,7 @@ fn acc(out: &Path) -> (f64, u64) {
 
 #[test]
 fn vit_with_amp_ends_within_one_point_of_f32() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let mut accs = Vec::new();
     for (name, memory) in [
@@ -77,6 +78,7 @@ fn report(out: &Path) -> serde_json::Value {
 /// footprint found.
 #[test]
 fn a_memory_budget_picks_a_smaller_footprint_or_says_what_is_possible() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let budget = |b: &str| format!("[[memory]]\ntype = \"budget\"\nbudget = \"{b}\"\n");
     let cfg = vit_config(d.path(), "roomy.toml", &budget("100 GiB"));
@@ -132,7 +134,7 @@ fn a_memory_budget_picks_a_smaller_footprint_or_says_what_is_possible() {
 /// uses them).
 #[test]
 fn a_checkpointed_cnn_run_equals_the_plain_run() {
-    let _ = fmnist_dir();
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let mut accs = Vec::new();
     for (name, memory) in [
@@ -182,6 +184,7 @@ fn a_checkpointed_cnn_run_equals_the_plain_run() {
 /// run says so on stderr and in its events; with the MLP (no batch statistics) it does not.
 #[test]
 fn accumulation_with_batch_norm_is_said() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     for (model, warned) in [
         ("type = \"cnn\"\nchannels = [4]", true),

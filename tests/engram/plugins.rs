@@ -62,6 +62,7 @@ fn run_in_process(cfg: &Path, out: &Path) -> engram::core::train::report::Report
 
 #[test]
 fn example_plugins_load_and_si_keeps_more_of_the_old_task_than_naive() {
+    crate::util::require_fmnist!();
     let si = plugin_lib("synaptic_intelligence");
     let cosine = plugin_lib("cosine_warmup");
     let d = tempfile::tempdir().unwrap();
@@ -98,6 +99,7 @@ fn example_plugins_load_and_si_keeps_more_of_the_old_task_than_naive() {
 /// gives bit-for-bit the gradients of the same penalty computed here, in the host.
 #[test]
 fn penalty_in_plugin_backpropagates_like_the_host() {
+    crate::util::require_fmnist!();
     let si = plugin_lib("synaptic_intelligence");
     let d = tempfile::tempdir().unwrap();
     let cfg = permuted_config(
@@ -351,6 +353,7 @@ fn every_loader_failure_is_a_typed_error_and_refused_libraries_never_run() {
 
 #[test]
 fn a_plugin_that_panics_mid_training_stops_the_run_with_a_typed_error_and_keeps_the_checkpoint() {
+    crate::util::require_fmnist!();
     let fixture = plugin_lib("engram_plugin_fixture");
     let d = tempfile::tempdir().unwrap();
     for method in ["penalty", "after_step"] {
@@ -404,6 +407,7 @@ fn a_plugin_that_panics_mid_training_stops_the_run_with_a_typed_error_and_keeps_
 
 #[test]
 fn resume_reloads_the_recorded_plugins_and_refuses_a_changed_one() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let lib = d.path().join("libsynaptic_intelligence.so");
     std::fs::copy(plugin_lib("synaptic_intelligence"), &lib).unwrap();
@@ -452,6 +456,7 @@ fn resume_reloads_the_recorded_plugins_and_refuses_a_changed_one() {
 /// evaluates and exports with `--plugin NEW_PATH` (the same file, by SHA-256), as the hint says.
 #[test]
 fn a_moved_plugin_named_in_the_config_is_taken_again_with_plugin() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let old_dir = d.path().join("old");
     std::fs::create_dir(&old_dir).unwrap();
@@ -501,6 +506,7 @@ fn a_moved_plugin_named_in_the_config_is_taken_again_with_plugin() {
 /// (the checkpoint's experts are re-created before its weights are loaded).
 #[test]
 fn moe_plugin_grows_an_expert_per_task_and_resumes_exactly() {
+    crate::util::require_fmnist!();
     let moe = plugin_lib("moe_experts");
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(
@@ -561,6 +567,7 @@ fn moe_plugin_grows_an_expert_per_task_and_resumes_exactly() {
 /// its own keys get positioned errors.
 #[test]
 fn a_plugin_model_trains_resumes_evaluates_and_exports() {
+    crate::util::require_fmnist!();
     let lib = plugin_lib("resnet_mini");
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(
@@ -644,6 +651,7 @@ fn a_plugin_model_trains_resumes_evaluates_and_exports() {
 /// nothing.
 #[test]
 fn the_leak_alarm_catches_a_leaking_strategy_within_and_across_tasks() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let fixture = plugin_lib("engram_plugin_fixture");
     let config = |name: &str, keep: &str, copies: usize, extra: &str| {

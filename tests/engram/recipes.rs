@@ -169,6 +169,7 @@ fn holds_to(pin: &Pin, dir: &Path) {
 /// ACC of naive fine-tuning and of EWC, as pinned.
 #[test]
 fn the_replay_recipe_naive_and_ewc_give_their_pinned_figures() {
+    crate::util::require_fmnist!();
     suite_pins_hold("suite");
 }
 
@@ -186,6 +187,7 @@ fn suite_pins_hold(suite: &str) {
 /// runs beside the MLP's).
 #[test]
 fn the_cnn_recipe_gives_its_pinned_figures() {
+    crate::util::require_fmnist!();
     suite_pins_hold("suite-cnn");
 }
 

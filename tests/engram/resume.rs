@@ -45,6 +45,7 @@ fn reference_and_killed(d: &Path, extra: &str, failpoint: &str) -> (PathBuf, Pat
 
 #[test]
 fn killed_mid_task_and_mid_checkpoint_resumes_to_the_same_report() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "r.toml", EXTRA);
     let full = d.path().join("full");
@@ -76,6 +77,7 @@ fn killed_mid_task_and_mid_checkpoint_resumes_to_the_same_report() {
 
 #[test]
 fn a_corrupted_checkpoint_falls_back_to_the_previous_one() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let (_, full, cut) = reference_and_killed(d.path(), EXTRA, "step-23");
     let mut cks: Vec<_> = std::fs::read_dir(cut.join("checkpoints"))
@@ -110,6 +112,7 @@ fn resume_without_a_run_is_a_typed_error() {
 
 #[test]
 fn eval_and_export_read_checkpoints() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "e.toml", "");
     let out = d.path().join("out");
@@ -212,6 +215,7 @@ fn eval_and_export_read_checkpoints() {
 /// aggregate as an uninterrupted run.
 #[test]
 fn a_killed_multi_seed_run_resumes_every_seed() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "m.toml", "checkpoint_every = 5\n");
     let full = d.path().join("full");
@@ -246,6 +250,7 @@ fn a_killed_multi_seed_run_resumes_every_seed() {
 /// report as an uninterrupted run.
 #[test]
 fn ctrl_c_writes_a_checkpoint_exits_130_and_resumes_to_the_same_report() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "c.toml", "epochs = 30\ncheckpoint_every = 1000\n");
     let full = d.path().join("full");
@@ -292,6 +297,7 @@ fn ctrl_c_writes_a_checkpoint_exits_130_and_resumes_to_the_same_report() {
 /// another config are refused by resume and eval alike, naming both configs.
 #[test]
 fn checkpoints_that_do_not_decode_or_belong_elsewhere_are_not_used() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let (cfg, full, cut) = reference_and_killed(d.path(), EXTRA, "step-12");
     let newest = cut.join("checkpoints/step-00000010");
@@ -364,6 +370,7 @@ fn checkpoints_that_do_not_decode_or_belong_elsewhere_are_not_used() {
 /// the uninterrupted one.
 #[test]
 fn resume_eval_and_export_take_a_device() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let (_, full, cut) = reference_and_killed(d.path(), "checkpoint_every = 5\n", "step-8");
     let c = cut.to_str().unwrap();
@@ -392,6 +399,7 @@ fn resume_eval_and_export_take_a_device() {
 /// and EWC's Fisher pass read statistics a step old.
 #[test]
 fn a_batch_norm_model_with_ewc_resumes_to_the_same_report() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let extra = "checkpoint_every = 3\n[[forgetting]]\ntype = \"ewc\"\nfisher_samples = 50\n";
     let cfg = small_config(d.path(), "bn.toml", extra);
@@ -409,4 +417,164 @@ fn a_batch_norm_model_with_ewc_resumes_to_the_same_report() {
     let (code, msg) = run(&["resume", cut.to_str().unwrap(), "-q"]);
     assert_eq!(code, 0, "{msg}");
     assert_eq!(stable(&full), stable(&cut));
+}
+
+/// A small table of four well-separated classes in two features (`train.csv`, `test.csv`):
+/// class `k` around `(4·(k mod 2), 4·(k div 2))`, deterministic offsets.
+fn write_blobs(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let table = |n: usize, shift: usize| {
+        let mut s = String::from("x,y,label\n");
+        for i in 0..n {
+            let k = i % 4;
+            let (dx, dy) = (
+                ((i * 7 + shift) % 11) as f64 / 10.0,
+                ((i * 3 + shift) % 13) as f64 / 12.0,
+            );
+            let (cx, cy) = ((k % 2) as f64 * 4.0, (k / 2) as f64 * 4.0);
+            s.push_str(&format!("{},{},c{k}\n", cx + dx - 0.5, cy + dy - 0.5));
+        }
+        s
+    };
+    std::fs::write(dir.join("train.csv"), table(160, 0)).unwrap();
+    std::fs::write(dir.join("test.csv"), table(40, 5)).unwrap();
+}
+
+/// A config over the table in `data` (a path as written in the config), two tasks of two
+/// classes.
+fn blobs_config(data: &str) -> String {
+    format!(
+        "[run]\nseed = 0\n[data]\ndataset = \"blobs\"\nformat = \"csv\"\npath = \"{data}\"\ntasks = 2\n\
+         classes_per_task = 2\n[model]\ntype = \"mlp\"\nhidden = [16]\n[optimizer]\ntype = \"sgd\"\n\
+         lr = 0.05\nmomentum = 0.9\n[train]\nbatch_size = 16\nepochs = 2\n"
+    )
+}
+
+/// Every file under `dir` (relative name → bytes) but the lock file, which resume takes
+/// first: for "nothing changed" checks.
+fn files(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut all = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p != dir.join(".lock") {
+                all.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    std::fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    all
+}
+
+/// Issue #32, defect 7: a run whose config names its data by a relative path, restarted
+/// from scratch (no checkpoints, no report) from another working directory, still finds its
+/// data, and so do `eval` and a second restart: resuming keeps `run.json` naming the
+/// original config, against whose directory the path resolves (it was rewritten to name
+/// `OUT/config.toml`, and the data was then looked for in `OUT/mydata`).
+#[test]
+fn issue32_relative_data_path_survives_restart() {
+    let d = tempfile::tempdir().unwrap();
+    let x = d.path().join("x");
+    write_blobs(&x.join("mydata"));
+    std::fs::write(x.join("exp.toml"), blobs_config("mydata")).unwrap();
+    let cwd = d.path().join("elsewhere");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let in_cwd = |args: &[&str]| output(engram().current_dir(&cwd).args(args).output().unwrap());
+    let out = d.path().join("out7");
+    let (code, msg) = in_cwd(&["run", "../x/exp.toml", "--out", "../out7", "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    let first = stable(&out);
+    let run_json = std::fs::read(out.join("run.json")).unwrap();
+    for restart in 1..=2 {
+        std::fs::remove_dir_all(out.join("checkpoints")).unwrap();
+        std::fs::remove_file(out.join("report.json")).unwrap();
+        let (code, msg) = in_cwd(&["resume", "../out7", "-q"]);
+        assert_eq!(code, 0, "restart {restart}: {msg}");
+        assert_eq!(
+            std::fs::read(out.join("run.json")).unwrap(),
+            run_json,
+            "restart {restart}: run.json still names the original config"
+        );
+        assert_eq!(stable(&out), first, "restart {restart}: the same run again");
+    }
+    // eval reads the newest checkpoint: its accuracies are the matrix's last row.
+    let (code, msg) = in_cwd(&["eval", "../out7", "--json"]);
+    assert_eq!(code, 0, "{msg}");
+    let line = msg.lines().find(|l| l.starts_with('{')).unwrap();
+    let v: Value = serde_json::from_str(line).unwrap();
+    let last = &first["accuracy_matrix"][1];
+    assert_eq!(v["tasks_trained"], 2, "{v}");
+    for t in 0..2 {
+        let (got, want) = (
+            v["accuracy"][t].as_f64().unwrap(),
+            last[t].as_f64().unwrap(),
+        );
+        assert!(
+            (got - want).abs() < 1e-9,
+            "task {t}: eval {got}, report {want}"
+        );
+    }
+}
+
+/// A finished run of the blobs table in `d/out` (data at an absolute path).
+fn finished_blobs_run(d: &Path) -> PathBuf {
+    let data = d.join("blobs");
+    write_blobs(&data);
+    let cfg = d.join("b.toml");
+    std::fs::write(&cfg, blobs_config(data.to_str().unwrap())).unwrap();
+    let out = d.join("out");
+    let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    out
+}
+
+/// Issue #32, defect 8: a resume that cannot work (here `OUT/checkpoints` is a regular file)
+/// is refused as bad input (exit 2) naming the entry, before it writes anything: `run.json`,
+/// the report and every other file of the run are as they were (it used to rewrite
+/// `run.json` and then fail with exit 1 and a raw "File exists").
+#[test]
+fn issue32_failed_resume_leaves_the_run_unchanged() {
+    let d = tempfile::tempdir().unwrap();
+    let out = finished_blobs_run(d.path());
+    std::fs::remove_dir_all(out.join("checkpoints")).unwrap();
+    std::fs::write(out.join("checkpoints"), "not a directory").unwrap();
+    let before = files(&out);
+    let (code, msg) = run(&["resume", out.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("checkpoints") && msg.contains("is a file") && !msg.contains("File exists"),
+        "{msg}"
+    );
+    assert_eq!(files(&out), before, "nothing of the run changed");
+}
+
+/// Issue #32: `OUT/.lock` or `OUT/report.json` a directory is bad input on resume (exit 2,
+/// naming the entry), not exit 1 with a raw OS error; the run is left as it was.
+#[test]
+fn issue32_lock_or_report_a_directory_is_bad_input() {
+    let d = tempfile::tempdir().unwrap();
+    let out = finished_blobs_run(d.path());
+    for name in [".lock", "report.json"] {
+        let path = out.join(name);
+        let saved = std::fs::read(&path).ok();
+        let _ = std::fs::remove_file(&path);
+        std::fs::create_dir(&path).unwrap();
+        let before = files(&out);
+        let (code, msg) = run(&["resume", out.to_str().unwrap(), "-q"]);
+        assert_eq!(code, 2, "{name}: {msg}");
+        assert!(
+            msg.contains(&path.display().to_string()) && msg.contains("is a directory"),
+            "{name}: {msg}"
+        );
+        assert_eq!(files(&out), before, "{name}: nothing of the run changed");
+        std::fs::remove_dir(&path).unwrap();
+        if let Some(bytes) = saved {
+            std::fs::write(&path, bytes).unwrap();
+        }
+    }
 }

@@ -11,6 +11,7 @@ fn report(dir: &std::path::Path) -> Value {
 
 #[test]
 fn harmful_learning_rate_is_rolled_back_and_the_old_task_recovers() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let base = "[[forgetting]]\ntype = \"ewc\"\nlambda = 10.0\n\
                 [[scheduler]]\ntype = \"lr\"\ntask_factors = [1.0, 6.0]\n";
@@ -69,6 +70,7 @@ fn harmful_learning_rate_is_rolled_back_and_the_old_task_recovers() {
 
 #[test]
 fn cadence_skips_cells_and_metrics_use_what_was_evaluated() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let f = small_config(
         d.path(),

@@ -3,11 +3,26 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The `engram` binary built by cargo for these tests.
+/// The `engram` binary built by cargo for these tests. It sees `$ENGRAM_DATA` only when that
+/// is where the tests found Fashion-MNIST ([`fmnist`]), as an absolute path, so that the
+/// binary finds the data the tests found and nothing else of the caller's environment.
 pub fn engram() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_engram"));
-    c.env_remove("ENGRAM_DATA");
+    match data_root_in_use() {
+        Some(root) => c.env("ENGRAM_DATA", root),
+        None => c.env_remove("ENGRAM_DATA"),
+    };
     c
+}
+
+/// `$ENGRAM_DATA` (`./data` when unset), made absolute, when Fashion-MNIST was found under it.
+fn data_root_in_use() -> Option<PathBuf> {
+    let dir = fmnist()?;
+    let root = std::path::absolute(engram::core::data::dataset::data_root()).ok()?;
+    std::path::absolute(&dir)
+        .ok()
+        .is_some_and(|d| d.starts_with(&root))
+        .then_some(root)
 }
 
 /// Runs `engram` with `args`; returns exit code and combined output.
@@ -22,15 +37,45 @@ pub fn output(o: Output) -> (i32, String) {
     (o.status.code().unwrap_or(-1), s)
 }
 
-/// Where Debian's package puts Fashion-MNIST. Tests that need real data fail with a clear
-/// message when it is missing (CI installs it).
-pub fn fmnist_dir() -> PathBuf {
-    let d = PathBuf::from("/usr/share/datasets/fashion-mnist");
-    assert!(
-        d.join("train-images-idx3-ubyte.gz").is_file(),
-        "real data missing: `apt-get install dataset-fashion-mnist` (CI's .ci/run does this)"
-    );
+/// How to get the real data, for the messages of tests that need it.
+const GET_DATA: &str = "`engram data fetch fashion-mnist` (into $ENGRAM_DATA/fashion-mnist, \
+     ./data/fashion-mnist by default) or `apt-get install dataset-fashion-mnist` (CI's .ci/run \
+     does this)";
+
+/// Fashion-MNIST's directory, looked up as the binary looks it up
+/// ([`engram::core::data::dataset::resolve`]: `$ENGRAM_DATA/fashion-mnist`, `./data` when
+/// unset, then Debian's `/usr/share/datasets/fashion-mnist`); `None` when it is nowhere.
+pub fn fmnist() -> Option<PathBuf> {
+    engram::core::data::dataset::resolve("fashion-mnist", None).ok()
+}
+
+/// Fashion-MNIST's directory for a test that needs it, or `None` after a message on stderr
+/// saying that the test is skipped and how to get the data: the test then returns
+/// ([`require_fmnist!`]). In CI the data is installed.
+pub fn fmnist_or_skip(test: &str) -> Option<PathBuf> {
+    let d = fmnist();
+    if d.is_none() {
+        eprintln!("skipped {test}: Fashion-MNIST not found; get it with {GET_DATA}");
+    }
     d
+}
+
+/// Fashion-MNIST's directory, or returns from the calling test (skipped, with a message on
+/// stderr naming `engram data fetch`) when the data is nowhere.
+macro_rules! require_fmnist {
+    () => {
+        match $crate::util::fmnist_or_skip(module_path!()) {
+            Some(d) => d,
+            None => return,
+        }
+    };
+}
+pub(crate) use require_fmnist;
+
+/// Fashion-MNIST's directory ([`fmnist`]); panics with how to get it when it is nowhere (a
+/// test that may be skipped instead starts with [`require_fmnist!`]).
+pub fn fmnist_dir() -> PathBuf {
+    fmnist().unwrap_or_else(|| panic!("real data missing: get it with {GET_DATA}"))
 }
 
 /// A small real-data config: `tasks` tasks of Split-FMNIST, `n` training samples per task.

@@ -81,7 +81,12 @@ pub fn plain_step(req: StepRequest<'_>) -> Result<StepOutcome> {
         .into_flat();
     let logits = to_dtype(logits, Some(DType::F32));
     let (loss, ce) = req.loss.loss(req.model, logits, &req.batch);
-    let (value, sample_losses, scaled) = read_loss(loss, ce, req.loss_scale, "standard")?;
+    let (value, sample_losses, scaled) = read_loss(
+        loss,
+        ce,
+        req.loss_scale,
+        <StandardParams as crate::component::Component>::NAME,
+    )?;
     let grads = scaled.backward();
     let grads = GradientsParams::from_grads(grads, req.model);
     Ok(StepOutcome {
