@@ -47,11 +47,11 @@ pub const BUILTINS: &[Registration] = &[
     amp::REGISTRATION,
     budget::REGISTRATION,
     constant::REGISTRATION,
-    schedules::LR,
-    schedules::REG_WARMUP,
-    schedules::REPLAY_RATIO,
-    schedules::CADENCE,
-    schedules::ANOMALY,
+    schedules::lr::REGISTRATION,
+    schedules::reg_warmup::REGISTRATION,
+    schedules::replay_ratio::REGISTRATION,
+    schedules::cadence::REGISTRATION,
+    schedules::anomaly::REGISTRATION,
 ];
 
 /// Burn's RNG is process-global and every training step reseeds it per block: unit tests that
