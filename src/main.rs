@@ -1355,6 +1355,8 @@ fn seed_dirs(out: &Path) -> Vec<(u64, PathBuf)> {
 /// `engram resume OUT`: one run, or every seed of a `--seeds` run (finished seeds are read,
 /// the others resumed or started), then the aggregate again.
 fn resume(cli: &Cli, registry: &Registry, out: &Path, device: Option<&str>) -> Result<()> {
+    // Refused before the lock file is written (issue #32): an entry of the wrong kind.
+    trainer::check_resumable(out)?;
     // One writer at a time, as for `run`: an attempt (OUT/attempts/<time>) is written under its
     // output directory's lock, which the run that started it may still hold.
     let parent = engram::outdir::replaces(out);

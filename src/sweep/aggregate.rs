@@ -70,7 +70,7 @@ pub fn cells(dir: &Path) -> Result<(Manifest, Vec<Cell>, Vec<serde_json::Value>)
             let mut at_chance: Vec<usize> = rep
                 .events
                 .iter()
-                .filter(|e| e.kind == "at-chance")
+                .filter(|e| e.kind == engram_core::train::report::EventKind::AtChance)
                 .map(|e| e.task)
                 .collect();
             at_chance.sort_unstable();

@@ -15,7 +15,7 @@
 //! tensors of the file that the model lacks are left unused; both are counted in the report
 //! ([`InitReport`]). A shape mismatch refuses the run.
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -40,30 +40,41 @@ pub struct InitReport {
 
 pub use crate::config::INIT_KEYS as KEYS;
 
+/// An error of [`load`], with the `[model]` key it is about (where a config error points).
+#[derive(Debug)]
+pub struct InitError {
+    /// `init_remap` for a pattern that is not a regular expression and for a file none of
+    /// whose tensors is a parameter of the model (a remap is the fix); `init` otherwise.
+    pub key: &'static str,
+    /// What went wrong.
+    pub error: Error,
+}
+
 /// Loads `file` into `model` (see the module docs).
 ///
 /// # Errors
-/// [`Error::Io`] when the file cannot be read; [`Error::Other`] for a file that is not
-/// safetensors, an invalid `init_remap` pattern, any shape mismatch (naming the tensors), or a
-/// file none of whose tensors match the model (naming a few of each side, so that the remap can
-/// be written).
+/// [`InitError`] holding [`Error::Io`] when the file cannot be read; [`Error::Other`] for a
+/// file that is not safetensors, an invalid `init_remap` pattern, any shape mismatch (naming
+/// the tensors), or a file none of whose tensors match the model (naming a few of each side,
+/// so that the remap can be written).
 pub fn load(
     model: crate::model::Model,
     file: &Path,
     layout: InitLayout,
     remap: &[[String; 2]],
-) -> Result<(crate::model::Model, InitReport)> {
+) -> std::result::Result<(crate::model::Model, InitReport), InitError> {
+    let at = |key: &'static str| move |error: Error| InitError { key, error };
     use burn::store::{KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
     use sha2::Digest;
     let bytes = crate::fsutil::read_bounded(file, crate::fsutil::MAX_DATA_BYTES)
-        .map_err(|e| Error::io(file, e))?;
+        .map_err(|e| at("init")(Error::io(file, e)))?;
     let sha256 = format!("{:x}", sha2::Sha256::digest(&bytes));
     let mut remapper = KeyRemapper::new();
     for [from, to] in remap {
         remapper = remapper.add_pattern(from, to.clone()).map_err(|e| {
-            Error::Other(format!(
+            at("init_remap")(Error::Other(format!(
                 "[model] init_remap: `{from}` is not a regular expression: {e}"
-            ))
+            )))
         })?;
     }
     let mut store = SafetensorsStore::from_bytes(Some(bytes))
@@ -75,10 +86,10 @@ pub fn load(
     }
     let mut model = model;
     let result = model.load_from(&mut store).map_err(|e| {
-        Error::Other(format!(
+        at("init")(Error::Other(format!(
             "{}: not a safetensors file engram can read: {e}",
             file.display()
-        ))
+        )))
     })?;
     if !result.errors.is_empty() {
         let first: Vec<String> = result
@@ -87,7 +98,7 @@ pub fn load(
             .take(3)
             .map(|e| e.to_string())
             .collect();
-        return Err(Error::Other(format!(
+        return Err(at("init")(Error::Other(format!(
             "{}: {} tensors do not fit the model ({}); check `[model]` keys against the model that wrote the file{}",
             file.display(),
             result.errors.len(),
@@ -97,16 +108,16 @@ pub fn load(
             } else {
                 ""
             }
-        )));
+        ))));
     }
     if result.applied.is_empty() {
         let few = |v: Vec<&str>| v.into_iter().take(4).collect::<Vec<_>>().join(", ");
-        return Err(Error::Other(format!(
+        return Err(at("init_remap")(Error::Other(format!(
             "{}: none of its tensors is a parameter of the model (file: {}; model: {}); rename them with `init_remap = [[\"^old\\\\.\", \"new.\"]]`",
             file.display(),
             few(result.unused.iter().map(String::as_str).collect()),
             few(result.missing.iter().map(|(p, _)| p.as_str()).collect()),
-        )));
+        ))));
     }
     let report = InitReport {
         file: file.to_path_buf(),

@@ -26,10 +26,38 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Where the continual loop is, and what it has measured so far.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
+/// Where the continual loop is, and what it has measured so far, in named parts.
+///
+/// In a checkpoint's `state.json` the parts' fields stand side by side at the top level
+/// (`#[serde(flatten)]`), under the names and in the order checkpoints have always had, and
+/// the pairs and triples ([`LossSum`], [`LogWindow`], [`Adjust`]) as JSON arrays: checkpoints
+/// written before the parts existed load unchanged.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Progress {
+    /// Where the loop is: task, epoch, batch, step.
+    #[serde(flatten)]
+    pub at: Cursor,
+    /// The running losses and the last learning rate.
+    #[serde(flatten)]
+    pub losses: Losses,
+    /// The accuracy matrices and the initial model's accuracies.
+    #[serde(flatten)]
+    pub results: Results,
+    /// What the run has recorded: counters, events, logged steps, time and memory.
+    #[serde(flatten)]
+    pub record: Record,
+    /// The anomaly rollbacks of the current task and their adjustments.
+    #[serde(flatten)]
+    pub retry: Retry,
+    /// What the run started from: the initial weights and the data.
+    #[serde(flatten)]
+    pub origin: Origin,
+}
+
+/// Where the loop is: the next step trains batch `chunk` of epoch `epoch` of task `round`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Cursor {
     /// The task (round) in progress or next.
     pub round: usize,
     /// The epoch in progress.
@@ -42,14 +70,100 @@ pub struct Progress {
     pub global_step: usize,
     /// Whether the `before_task` hooks already ran for `round`.
     pub before_task_done: bool,
-    /// Sum and count of step losses in the current epoch.
-    pub epoch_loss: (f64, usize),
-    /// The logging window: loss sum, steps, rows.
-    pub window: (f64, usize, usize),
+}
+
+/// The running losses: the current epoch's and the logging window's sums, and the last
+/// learning rate and epoch loss.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Losses {
+    /// The step losses of the current epoch.
+    pub epoch_loss: LossSum,
+    /// The logging window: the steps since the last `steps.csv` row.
+    pub window: LogWindow,
     /// Learning rate of the last step.
     pub last_lr: f64,
     /// Mean loss of the last finished epoch.
     pub last_epoch_loss: f64,
+}
+
+/// A sum of step losses and their count; stored as the pair `[sum, steps]`.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(from = "(f64, usize)", into = "(f64, usize)")]
+pub struct LossSum {
+    /// Sum of the step losses.
+    pub sum: f64,
+    /// Steps summed.
+    pub steps: usize,
+}
+
+impl LossSum {
+    /// Adds one step's loss.
+    pub fn add(&mut self, loss: f64) {
+        self.sum += loss;
+        self.steps += 1;
+    }
+
+    /// The mean step loss, `sum / max(steps, 1)` (0 without steps).
+    pub fn mean(&self) -> f64 {
+        self.sum / self.steps.max(1) as f64
+    }
+}
+
+impl From<(f64, usize)> for LossSum {
+    fn from((sum, steps): (f64, usize)) -> Self {
+        Self { sum, steps }
+    }
+}
+
+impl From<LossSum> for (f64, usize) {
+    fn from(l: LossSum) -> Self {
+        (l.sum, l.steps)
+    }
+}
+
+/// The logging window, the steps since the last `steps.csv` row; stored as the triple
+/// `[loss_sum, steps, rows]`.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(from = "(f64, usize, usize)", into = "(f64, usize, usize)")]
+pub struct LogWindow {
+    /// Sum of the window's step losses.
+    pub loss_sum: f64,
+    /// Steps in the window.
+    pub steps: usize,
+    /// Rows trained in the window (new plus replayed).
+    pub rows: usize,
+}
+
+impl LogWindow {
+    /// Adds one step's loss and its `rows`.
+    pub fn add(&mut self, loss: f64, rows: usize) {
+        self.loss_sum += loss;
+        self.steps += 1;
+        self.rows += rows;
+    }
+}
+
+impl From<(f64, usize, usize)> for LogWindow {
+    fn from((loss_sum, steps, rows): (f64, usize, usize)) -> Self {
+        Self {
+            loss_sum,
+            steps,
+            rows,
+        }
+    }
+}
+
+impl From<LogWindow> for (f64, usize, usize) {
+    fn from(w: LogWindow) -> Self {
+        (w.loss_sum, w.steps, w.rows)
+    }
+}
+
+/// The accuracy matrices so far and the initial model's accuracy per task.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Results {
     /// Rows of the accuracy matrix so far.
     pub matrix: Matrix,
     /// Rows of the task-IL view of the matrix so far (class-incremental streams only; empty
@@ -59,6 +173,12 @@ pub struct Progress {
     pub baseline: Vec<f64>,
     /// The same in the task-IL view (class-incremental streams only).
     pub task_il_baseline: Vec<f64>,
+}
+
+/// What the run has recorded so far, beyond the matrices.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Record {
     /// Loop counters.
     pub counters: TrainingCounters,
     /// Events.
@@ -73,11 +193,64 @@ pub struct Progress {
     pub eval_samples: usize,
     /// Peak of the current task's train phase so far (bytes).
     pub task_train: PhaseMemory,
-    /// Control adjustments made by anomaly rollbacks: `(lr factor, regularisation factor,
-    /// replay-ratio delta)`, applied to every later step.
-    pub adjust: (f64, f64, f64),
+}
+
+/// The anomaly rollbacks: how often the current task was retried, and the control
+/// adjustments every later step keeps.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Retry {
+    /// Control adjustments made by anomaly rollbacks, applied to every later step.
+    pub adjust: Adjust,
     /// Rollbacks of the current task so far.
     pub retries: usize,
+}
+
+/// The control adjustments of the anomaly rollbacks so far, applied to every later step
+/// ([`crate::strategy::Controls`]); stored as the triple `[lr_factor, reg_factor,
+/// replay_delta]`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(from = "(f64, f64, f64)", into = "(f64, f64, f64)")]
+pub struct Adjust {
+    /// Factor on the learning rate.
+    pub lr_factor: f64,
+    /// Factor on the regularisation scale.
+    pub reg_factor: f64,
+    /// Added to the replay ratio.
+    pub replay_delta: f64,
+}
+
+impl Default for Adjust {
+    /// No adjustment: factors 1, delta 0.
+    fn default() -> Self {
+        Self {
+            lr_factor: 1.0,
+            reg_factor: 1.0,
+            replay_delta: 0.0,
+        }
+    }
+}
+
+impl From<(f64, f64, f64)> for Adjust {
+    fn from((lr_factor, reg_factor, replay_delta): (f64, f64, f64)) -> Self {
+        Self {
+            lr_factor,
+            reg_factor,
+            replay_delta,
+        }
+    }
+}
+
+impl From<Adjust> for (f64, f64, f64) {
+    fn from(a: Adjust) -> Self {
+        (a.lr_factor, a.reg_factor, a.replay_delta)
+    }
+}
+
+/// What the run started from.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Origin {
     /// What `[model] init` loaded at the start of the run (`None`: a random start).
     pub init: Option<crate::model::init::InitReport>,
     /// The data the run started on ([`crate::data::Dataset::fingerprint`]); empty in
@@ -90,49 +263,18 @@ impl Progress {
     /// rows it trained, at `step` of the task (`global_step` of the run) with learning rate
     /// `lr`; nothing when the window is empty.
     pub fn flush_window(&mut self, step: usize, global_step: usize, lr: f64) {
-        if self.window.1 > 0 {
-            self.logs.push(StepLog {
-                task: self.round,
-                epoch: self.epoch,
+        let w = self.losses.window;
+        if w.steps > 0 {
+            self.record.logs.push(StepLog {
+                task: self.at.round,
+                epoch: self.at.epoch,
                 step,
                 global_step,
-                loss: self.window.0 / self.window.1 as f64,
+                loss: w.loss_sum / w.steps as f64,
                 lr,
-                samples: self.window.2,
+                samples: w.rows,
             });
-            self.window = (0.0, 0, 0);
-        }
-    }
-}
-
-impl Default for Progress {
-    fn default() -> Self {
-        Self {
-            round: 0,
-            epoch: 0,
-            chunk: 0,
-            step_in_task: 0,
-            global_step: 0,
-            before_task_done: false,
-            epoch_loss: (0.0, 0),
-            window: (0.0, 0, 0),
-            last_lr: 0.0,
-            last_epoch_loss: 0.0,
-            matrix: Vec::new(),
-            task_il_matrix: Vec::new(),
-            baseline: Vec::new(),
-            task_il_baseline: Vec::new(),
-            counters: TrainingCounters::default(),
-            events: Vec::new(),
-            logs: Vec::new(),
-            timings: Timings::default(),
-            memory: MemoryReport::default(),
-            eval_samples: 0,
-            task_train: PhaseMemory::default(),
-            adjust: (1.0, 1.0, 0.0),
-            retries: 0,
-            init: None,
-            data_sha256: String::new(),
+            self.losses.window = LogWindow::default();
         }
     }
 }
@@ -439,8 +581,11 @@ mod tests {
             optimizer: vec![4, 5],
             config_sha256: "ab".repeat(32),
             progress: Progress {
-                round: step,
-                global_step: step * 10,
+                at: Cursor {
+                    round: step,
+                    global_step: step * 10,
+                    ..Cursor::default()
+                },
                 ..Progress::default()
             },
             forgetting: vec![(
@@ -453,6 +598,75 @@ mod tests {
             memory: vec![],
             schedulers: vec![("constant".into(), StrategyState::default())],
         }
+    }
+
+    /// The `progress` of a checkpoint written before `Progress` had named parts, byte for
+    /// byte: `state.json` of step 45 of a 3-task EWC run whose anomaly scheduler rolled task 1
+    /// back once (`[[scheduler]] type = "anomaly"`, `lr_factor = 0.3`, `lambda_factor = 10`),
+    /// mid-task, so that the pairs, the triples and the events all hold values.
+    const PROGRESS_V1: &str = include_str!("testdata/progress-v1.json");
+
+    #[test]
+    fn older_checkpoints_load_into_the_named_parts_and_write_back_the_same_bytes() {
+        let text = PROGRESS_V1.trim_end();
+        let p: Progress = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            p.at,
+            Cursor {
+                round: 2,
+                epoch: 0,
+                chunk: 13,
+                step_in_task: 13,
+                global_step: 45,
+                before_task_done: true,
+            }
+        );
+        assert_eq!(
+            p.losses.epoch_loss,
+            LossSum {
+                sum: 3.006129153072834,
+                steps: 13
+            }
+        );
+        assert_eq!(
+            p.losses.window,
+            LogWindow {
+                loss_sum: 0.5560441389679909,
+                steps: 6,
+                rows: 384
+            }
+        );
+        assert_eq!(
+            p.retry.adjust,
+            Adjust {
+                lr_factor: 0.3,
+                reg_factor: 10.0,
+                replay_delta: 0.1
+            }
+        );
+        assert_eq!(
+            p.results.matrix[1],
+            vec![Some(0.935), Some(0.9325), Some(0.4425)]
+        );
+        assert_eq!(p.record.counters.steps, 61);
+        assert_eq!(
+            p.record.events[0].kind,
+            crate::train::report::EventKind::Rollback
+        );
+        assert_eq!(serde_json::to_string(&p).unwrap(), text);
+        // Keys an older version did not write take their defaults: no adjustment.
+        let p: Progress = serde_json::from_str(r#"{"round": 1, "global_step": 9}"#).unwrap();
+        let want = Progress {
+            at: Cursor {
+                round: 1,
+                global_step: 9,
+                ..Cursor::default()
+            },
+            ..Progress::default()
+        };
+        assert_eq!(p, want);
+        assert_eq!(p.retry.adjust, Adjust::default());
+        assert_eq!(p.losses.epoch_loss.mean(), 0.0);
     }
 
     #[test]
@@ -473,7 +687,7 @@ mod tests {
         // Corrupt the newest: its manifest catches it and the previous one is used.
         std::fs::write(dir(d.path()).join("step-00000003/tensors.bpk"), b"xx").unwrap();
         let (latest, skipped) = load_latest(d.path());
-        assert_eq!(latest.unwrap().1.progress.round, 2);
+        assert_eq!(latest.unwrap().1.progress.at.round, 2);
         assert_eq!(skipped.len(), 1);
         assert!(
             skipped[0].to_string().contains("checksum"),
@@ -482,7 +696,7 @@ mod tests {
         );
         // A leftover .tmp directory (a kill mid-write) is ignored.
         std::fs::create_dir_all(dir(d.path()).join("step-00000009.tmp")).unwrap();
-        assert_eq!(load_latest(d.path()).0.unwrap().1.progress.round, 2);
+        assert_eq!(load_latest(d.path()).0.unwrap().1.progress.at.round, 2);
         // A truncated manifest is an error too.
         std::fs::write(dir(d.path()).join("step-00000002/manifest.json"), b"{").unwrap();
         let (latest, skipped) = load_latest(d.path());

@@ -139,10 +139,55 @@ pub struct TrainingCounters {
 pub struct Event {
     /// Task index when it happened.
     pub task: usize,
-    /// Kind, for example `anomaly`.
-    pub kind: String,
+    /// What happened.
+    pub kind: EventKind,
     /// Details.
     pub message: String,
+}
+
+/// The kinds of [`Event`], written in `report.json` as the strings named below (the same
+/// strings since the first schema version).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventKind {
+    /// `at-chance`: a task scored no better than chance right after training on it.
+    AtChance,
+    /// `batch-statistics`: a memory strategy splits batches of a model with batch norm.
+    BatchStatistics,
+    /// `leak`: device memory grew past the leak alarm's threshold during a task.
+    Leak,
+    /// `rollback`: a scheduler rolled the task back to its start and retried it.
+    Rollback,
+    /// `anomaly`: a scheduler asked for a rollback after its retries were spent.
+    Anomaly,
+}
+
+impl EventKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [EventKind; 5] = [
+        EventKind::AtChance,
+        EventKind::BatchStatistics,
+        EventKind::Leak,
+        EventKind::Rollback,
+        EventKind::Anomaly,
+    ];
+
+    /// The kind's name in `report.json`, for example `at-chance`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::AtChance => "at-chance",
+            EventKind::BatchStatistics => "batch-statistics",
+            EventKind::Leak => "leak",
+            EventKind::Rollback => "rollback",
+            EventKind::Anomaly => "anomaly",
+        }
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Whether a run reached its end.
@@ -342,4 +387,38 @@ pub fn steps_csv(logs: &[StepLog]) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_kinds_are_written_as_their_names_and_read_back() {
+        let names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "at-chance",
+                "batch-statistics",
+                "leak",
+                "rollback",
+                "anomaly"
+            ]
+        );
+        for k in EventKind::ALL {
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{k}\""));
+            assert_eq!(serde_json::from_str::<EventKind>(&json).unwrap(), k);
+        }
+        let e: Event =
+            serde_json::from_str(r#"{"task": 2, "kind": "at-chance", "message": "m"}"#).unwrap();
+        assert_eq!(e.kind, EventKind::AtChance);
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"task":2,"kind":"at-chance","message":"m"}"#
+        );
+        // A kind this version does not know is an error, not a silent default.
+        assert!(serde_json::from_str::<EventKind>("\"meltdown\"").is_err());
+    }
 }

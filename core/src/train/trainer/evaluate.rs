@@ -1,5 +1,6 @@
-//! Evaluation: one accuracy-matrix cell (class-IL and task-IL views), predictions, the
-//! confusion matrix, and the check that a task just trained is above chance.
+//! Evaluation: a row of the accuracy matrix ([`state::RunState::evaluate_row`]) and the
+//! initial model's row, one cell (class-IL and task-IL views), predictions, the confusion
+//! matrix, and the check that a task just trained is above chance.
 
 use super::*;
 
@@ -195,9 +196,79 @@ pub(crate) fn check_learned(
     eprintln!("warning: {message}");
     events.push(Event {
         task: t,
-        kind: "at-chance".into(),
+        kind: EventKind::AtChance,
         message,
     });
+}
+
+impl state::RunState<'_> {
+    /// `b_j`: the initial model's accuracy on every task (for forward transfer), in both
+    /// views on class-incremental streams.
+    pub(super) fn evaluate_baseline(&mut self) {
+        let te = Instant::now();
+        let valid = self.model.valid();
+        let (stream, eval_bs) = (&self.p.stream, self.c.train.eval_batch_size);
+        let pr = &mut *self.pr;
+        let scores: Vec<TaskScore> = (0..stream.len())
+            .map(|j| {
+                pr.record.eval_samples += stream.eval_rows(j).0.len();
+                score_task(&valid, stream, j, 0, eval_bs, &self.inner)
+            })
+            .collect();
+        pr.results.baseline = scores.iter().map(|s| s.class_il).collect();
+        if stream.scenario == Scenario::ClassIncremental {
+            pr.results.task_il_baseline = scores.iter().map(|s| s.task_il).collect();
+        }
+        pr.record.timings.eval_s += te.elapsed().as_secs_f64();
+    }
+
+    /// Row `round` of the accuracy matrix (and of its task-IL view on class-incremental
+    /// streams), after training task `round`: every task, or only the task just trained when
+    /// a scheduler's cadence says so (always every task after the last); then the check that
+    /// the task just trained is above chance.
+    pub(super) fn evaluate_row(&mut self, round: usize) {
+        let te = Instant::now();
+        let meter = PhaseMeter::start();
+        let rounds = self.rounds();
+        let all = self
+            .p
+            .schedulers
+            .iter()
+            .filter_map(|s| s.evaluate_all(round, rounds))
+            .all(|b| b)
+            || round + 1 == rounds;
+        let (stream, joint) = (&self.p.stream, self.c.train.joint);
+        let eval_bs = self.c.train.eval_batch_size;
+        let valid = self.model.valid();
+        let mut eval_samples = 0;
+        let scores: Vec<Option<TaskScore>> = (0..stream.len())
+            .map(|j| {
+                (joint || all || j == round).then(|| {
+                    eval_samples += stream.eval_rows(j).0.len();
+                    score_task(&valid, stream, j, round, eval_bs, &self.inner)
+                })
+            })
+            .collect();
+        drop(valid);
+        let row: Vec<Option<f64>> = scores.iter().map(|s| s.map(|s| s.class_il)).collect();
+        let class_il = stream.scenario == Scenario::ClassIncremental;
+        let pr = &mut *self.pr;
+        if class_il {
+            let task_il = scores.iter().map(|s| s.map(|s| s.task_il)).collect();
+            pr.results.task_il_matrix.push(task_il);
+        }
+        pr.record.eval_samples += eval_samples;
+        meter.finish(&self.inner, &mut pr.record.memory.eval);
+        pr.record.timings.eval_s += te.elapsed().as_secs_f64();
+        if !joint {
+            let task_il_row = class_il
+                .then(|| pr.results.task_il_matrix.last().map(Vec::as_slice))
+                .flatten();
+            let classes = stream.tasks[round].classes.len();
+            check_learned(round, classes, &row, task_il_row, &mut pr.record.events);
+        }
+        pr.results.matrix.push(row);
+    }
 }
 
 #[cfg(test)]

@@ -160,14 +160,7 @@ pub fn load_init(
     let file = relative_to(&cfg.base_dir, file);
     crate::model::init::load(model, &file, m.init_layout, &m.init_remap)
         .map(|(model, r)| (model, Some(r)))
-        .map_err(|e| {
-            let key = if matches!(&e, Error::Other(m) if m.contains("init_remap")) {
-                "init_remap"
-            } else {
-                "init"
-            };
-            cfg.error_at("model", key, e.to_string(), None)
-        })
+        .map_err(|e| cfg.error_at("model", e.key, e.error.to_string(), None))
 }
 
 impl Prepared {

@@ -81,7 +81,7 @@ pub fn check_belongs(p: &Prepared, ck: &Checkpoint, path: &Path) -> Result<()> {
             &have[..12]
         )));
     }
-    let data = &ck.progress.data_sha256;
+    let data = &ck.progress.origin.data_sha256;
     if !data.is_empty() && *data != p.data_sha256 {
         return Err(bad(format!(
             "was written on other data (SHA-256 {}…) than {} now reads ({}…): the dataset's files, its dataset.toml or [data] mean/std/shape changed since the run started; restore them, or start a new run",
@@ -169,41 +169,50 @@ pub(crate) fn usable_checkpoint(
     }
 }
 
-/// The strategies of a run, borrowed apart from its stream.
-pub(crate) struct Strategies<'a> {
-    pub(crate) forgetting: &'a mut [Box<dyn ForgettingStrategy>],
-    pub(crate) memory: &'a mut [Box<dyn MemoryStrategy>],
-    pub(crate) schedulers: &'a mut [Box<dyn Scheduler>],
-}
-
-/// Restores model, optimiser and strategy states from `ck` into a freshly prepared run.
-pub(crate) fn restore(
-    p: Strategies<'_>,
-    model: Model,
-    optim: ModuleOptimizer,
-    ck: Checkpoint,
-    device: &Device,
-    path: &Path,
-) -> Result<(Model, ModuleOptimizer, Progress)> {
-    let bad = |m: String| Error::Checkpoint {
-        path: path.to_path_buf(),
-        message: m,
-    };
-    let optim = optim
-        .from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.optimizer))
-        .map_err(|e| bad(format!("optimizer: {e}")))?;
-    // The strategy lists were compared by `check_belongs` when the checkpoint was chosen; a
-    // rollback restores a snapshot of this very run.
-    let model = restore_model(p.forgetting, model, ck.forgetting, &ck.model, device, path)?;
-    for (s, (_, st)) in p.memory.iter_mut().zip(ck.memory) {
-        let name = s.name().to_string();
-        s.load_state(st).map_err(|e| strategy_err(&name, e))?;
+impl Prepared {
+    /// The run as checkpoint `ck` (read from `path`) saved it: a freshly built model and
+    /// optimiser on `device` with the checkpoint's weights and optimiser state, every
+    /// strategy's state restored, and the checkpoint's progress. The one restore of the
+    /// trainer: for a resumed run and for an anomaly rollback to a task's start alike.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] for a model or optimiser record that does not decode or fit; a
+    /// strategy's error loading its state.
+    pub(crate) fn restore(
+        &mut self,
+        ck: Checkpoint,
+        device: &Device,
+        path: &Path,
+    ) -> Result<(Model, ModuleOptimizer, Progress)> {
+        let model = self.build_model(device)?;
+        let optim = build_optimizer(&self.cfg);
+        let bad = |m: String| Error::Checkpoint {
+            path: path.to_path_buf(),
+            message: m,
+        };
+        let optim = optim
+            .from_bytes(burn::tensor::Bytes::from_bytes_vec(ck.optimizer))
+            .map_err(|e| bad(format!("optimizer: {e}")))?;
+        // The strategy lists were compared by `check_belongs` when the checkpoint was chosen; a
+        // rollback restores a snapshot of this very run.
+        let model = restore_model(
+            &mut self.forgetting,
+            model,
+            ck.forgetting,
+            &ck.model,
+            device,
+            path,
+        )?;
+        for (s, (_, st)) in self.memory.iter_mut().zip(ck.memory) {
+            let name = s.name().to_string();
+            s.load_state(st).map_err(|e| strategy_err(&name, e))?;
+        }
+        for (s, (_, st)) in self.schedulers.iter_mut().zip(ck.schedulers) {
+            let name = s.name().to_string();
+            s.load_state(st).map_err(|e| strategy_err(&name, e))?;
+        }
+        Ok((model, optim, ck.progress))
     }
-    for (s, (_, st)) in p.schedulers.iter_mut().zip(ck.schedulers) {
-        let name = s.name().to_string();
-        s.load_state(st).map_err(|e| strategy_err(&name, e))?;
-    }
-    Ok((model, optim, ck.progress))
 }
 
 /// Loads the forgetting strategies' saved states, lets them re-apply their architecture changes
@@ -239,23 +248,30 @@ pub(crate) fn restore_model(
 }
 
 /// Continues the run in `out` from its newest valid checkpoint (or from the start when it has
-/// none): reloads `out/config.toml`, rebuilds everything and calls [`run_from`].
+/// none): reloads `out/config.toml`, rebuilds everything and continues as [`run_from`] does.
+/// The run directory's `run.json` and `config.toml` are kept as they are (written anew only
+/// for a directory without a manifest), so that relative paths in the config go on
+/// resolving against the original config's directory for `eval`, `export` and a later
+/// resume.
 ///
 /// # Errors
-/// [`Error::Checkpoint`] when `out` holds no run; otherwise as [`prepare`] and [`run`].
+/// [`Error::Checkpoint`] when `out` holds no run; [`Error::Usage`] for an entry of the run
+/// directory of the wrong kind ([`check_resumable`]), before anything is written; otherwise
+/// as [`prepare`] and [`run`].
 pub fn resume(
     out: &Path,
     registry: &Registry,
     progress: bool,
     device: Option<&str>,
 ) -> Result<Report> {
+    check_resumable(out)?;
     let registry = with_recorded_plugins(out, registry)?;
     let mut p = prepare(on_device(run_config(out)?, device)?, &registry)?;
     let latest = usable_checkpoint(&mut p, out)?;
     match &latest {
         Some((path, ck))
-            if ck.progress.round >= p.stream.len()
-                || (p.cfg.config.train.joint && ck.progress.round >= 1) =>
+            if ck.progress.at.round >= p.stream.len()
+                || (p.cfg.config.train.joint && ck.progress.at.round >= 1) =>
         {
             eprintln!(
                 "engram: {} is complete; rewriting its report from {}",
@@ -266,22 +282,51 @@ pub fn resume(
         Some((path, ck)) => eprintln!(
             "engram: resuming from {} (task {}, step {} of the task)",
             path.display(),
-            ck.progress.round,
-            ck.progress.step_in_task
+            ck.progress.at.round,
+            ck.progress.at.step_in_task
         ),
         None => eprintln!(
             "engram: no checkpoint yet; starting {} from the beginning",
             out.display()
         ),
     }
-    run_from(
-        &mut p,
-        &RunOptions {
-            out: out.to_path_buf(),
-            progress,
-        },
-        latest,
-    )
+    let opts = RunOptions {
+        out: out.to_path_buf(),
+        progress,
+    };
+    crate::plugin::catch_faults(|| run_inner(&mut p, &opts, Start::Resume, latest))
+}
+
+/// Checks that the entries of run directory `out` that resuming writes are of the kind it
+/// writes, so that a resume refuses before it writes anything rather than failing half-way:
+/// `checkpoints` a directory; `report.json`, `metrics.csv`, `steps.csv` and the lock file
+/// `.lock` regular files. Each may be absent. The binary calls it before taking the lock.
+///
+/// # Errors
+/// [`Error::Usage`] naming the entry and what it should be.
+pub fn check_resumable(out: &Path) -> Result<()> {
+    let wrong = |name: &str, is: &str, want: &str| {
+        Error::Usage(format!(
+            "cannot resume {}: {} is {is}, where the run keeps its {want}; move it out of the way (or restore the run's own) and resume again",
+            out.display(),
+            out.join(name).display()
+        ))
+    };
+    let kind = |name: &str| std::fs::metadata(out.join(name)).ok().map(|m| m.is_dir());
+    if kind("checkpoints") == Some(false) {
+        return Err(wrong("checkpoints", "a file", "checkpoints directory"));
+    }
+    for (name, want) in [
+        (".lock", "lock file"),
+        ("report.json", "report"),
+        ("metrics.csv", "metrics table"),
+        ("steps.csv", "logged steps"),
+    ] {
+        if kind(name) == Some(true) {
+            return Err(wrong(name, "a directory", want));
+        }
+    }
+    Ok(())
 }
 
 /// `registry` plus the plugins recorded in `out/run.json`, each checked to be the very file

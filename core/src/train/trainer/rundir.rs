@@ -75,6 +75,7 @@ pub fn find_checkpoint(path: &Path) -> Result<(PathBuf, Option<(PathBuf, Checkpo
 }
 
 /// Rebuilds a run's stream and loads a checkpoint's model: for `engram eval` and `export`.
+/// Returns the prepared run, the model, and where the checkpoint stands in the run.
 ///
 /// # Errors
 /// As [`find_checkpoint`], [`prepare`], and [`Error::Checkpoint`] for a model that does not
@@ -83,7 +84,7 @@ pub fn load_checkpoint_model(
     path: &Path,
     registry: &Registry,
     device: Option<&str>,
-) -> Result<(Prepared, Model, Progress)> {
+) -> Result<(Prepared, Model, checkpoint::Cursor)> {
     let (out, named) = find_checkpoint(path)?;
     let registry = with_recorded_plugins(&out, registry)?;
     let mut p = prepare(on_device(run_config(&out)?, device)?, &registry)?;
@@ -108,5 +109,5 @@ pub fn load_checkpoint_model(
         &p.device,
         &dir,
     )?;
-    Ok((p, model, ck.progress))
+    Ok((p, model, ck.progress.at))
 }

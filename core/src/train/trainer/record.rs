@@ -1,0 +1,158 @@
+//! The record of a run: its report when it finishes, and what a failed run leaves (its steps
+//! so far, the error and where it stopped, the matrix so far).
+
+use super::*;
+
+/// Writes the record of a run that stopped with `e`: `steps.csv` (the logged steps and the
+/// steps since the last log row) and a `report.json` with `status = "failed"`, the error and
+/// position, the accuracy matrix so far and no metrics.
+pub(super) fn write_failure(
+    p: &Prepared,
+    opts: &RunOptions,
+    pr: &mut Progress,
+    e: &Error,
+    parameters: u64,
+    t0: Instant,
+    inner: &Device,
+) -> Result<()> {
+    pr.flush_window(pr.at.step_in_task, pr.at.global_step, pr.losses.last_lr);
+    write_atomic(
+        &opts.out.join("steps.csv"),
+        steps_csv(&pr.record.logs).as_bytes(),
+    )?;
+    let earlier_s = pr.record.timings.total_s;
+    let mut report = build_report(
+        p,
+        pr,
+        inner,
+        parameters,
+        earlier_s + t0.elapsed().as_secs_f64() + p.setup_s,
+    );
+    report.metrics = metrics::Metrics::default();
+    report.task_il_metrics = None;
+    report.status = crate::train::report::RunStatus::Failed;
+    report.failure = Some(crate::train::report::Failure {
+        error: e.to_string(),
+        task: pr.at.round,
+        epoch: pr.at.epoch,
+        step_in_task: pr.at.step_in_task,
+        global_step: pr.at.global_step,
+    });
+    report.write(&opts.out)
+}
+
+/// [`Report::retention_note`]: the old tasks (all but the last row's) with an `at-chance` event,
+/// when retention is defined.
+fn retention_note(pr: &Progress, retention: Option<f64>) -> Option<String> {
+    let last = pr.results.matrix.len().checked_sub(1)?;
+    retention?;
+    let mut low: Vec<usize> = pr
+        .record
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::AtChance && e.task < last)
+        .map(|e| e.task)
+        .collect();
+    low.sort_unstable();
+    low.dedup();
+    if low.is_empty() {
+        return None;
+    }
+    let list = low
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(format!(
+        "task(s) {list} scored no better than chance right after training on them: retention \
+         divides by those diagonals, so it is not a share kept (it can read above 1); \
+         read BWT, forgetting and the task-IL view instead"
+    ))
+}
+
+/// The report of a run at `pr`: the matrix and metrics so far, the memory and time figures
+/// (`total_s` seconds of wall time over every process of the run), `parameters` of the model.
+pub(super) fn build_report(
+    p: &Prepared,
+    pr: &Progress,
+    inner: &Device,
+    parameters: u64,
+    total_s: f64,
+) -> Report {
+    let c = &p.cfg.config;
+    let stream = &p.stream;
+    let m = metrics::compute(&pr.results.matrix, &pr.results.baseline);
+    let m_retention = m.retention;
+    let mut mem = pr.record.memory.clone();
+    mem.peak_bytes = mem
+        .train
+        .peak_bytes
+        .max(mem.eval.peak_bytes)
+        .max(mem.after_task.peak_bytes);
+    mem.end_bytes = memory::device_bytes(inner).unwrap_or(0);
+    mem.parameters = parameters;
+    mem.strategies = p
+        .memory
+        .iter()
+        .filter_map(|s| Some((s.name().to_string(), s.report()?)))
+        .collect();
+    let mut timings = pr.record.timings.clone();
+    timings.setup_s += p.setup_s;
+    timings.total_s = total_s;
+    Report {
+        schema_version: SCHEMA_VERSION,
+        versions: Versions::current(),
+        status: crate::train::report::RunStatus::Finished,
+        failure: None,
+        seed: c.run.seed,
+        device: c.run.device.clone(),
+        config: serde_json::to_value(c).unwrap_or_default(),
+        scenario: serde_json::to_value(stream.scenario)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        joint: c.train.joint,
+        tasks: stream
+            .tasks
+            .iter()
+            .map(|t| TaskSummary {
+                index: t.index,
+                classes: t.classes.clone(),
+                class_names: t
+                    .classes
+                    .iter()
+                    .map(|&c| stream.dataset.class_names[c].clone())
+                    .collect(),
+                train_samples: t.train.len(),
+                eval_samples: stream.eval_rows(t.index).0.len(),
+            })
+            .collect(),
+        accuracy_matrix: pr.results.matrix.clone(),
+        initial_accuracy: pr.results.baseline.clone(),
+        random_init_accuracy: pr
+            .origin
+            .init
+            .is_none()
+            .then(|| pr.results.baseline.clone()),
+        init: pr.origin.init.clone(),
+        metrics: m,
+        task_il_accuracy_matrix: (stream.scenario == Scenario::ClassIncremental)
+            .then(|| pr.results.task_il_matrix.clone()),
+        task_il_metrics: (stream.scenario == Scenario::ClassIncremental)
+            .then(|| metrics::compute(&pr.results.task_il_matrix, &pr.results.task_il_baseline)),
+        retention_note: retention_note(pr, m_retention),
+        metric_cells: crate::train::report::metric_cells(&pr.results.matrix),
+        throughput: Throughput {
+            train_samples_per_s: pr.record.counters.samples as f64 / timings.train_s.max(1e-9),
+            eval_samples_per_s: pr.record.eval_samples as f64 / timings.eval_s.max(1e-9),
+        },
+        training: pr.record.counters.clone(),
+        events: pr.record.events.clone(),
+        memory: mem,
+        timings,
+        machine_dependent_keys: MACHINE_DEPENDENT_KEYS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    }
+}
