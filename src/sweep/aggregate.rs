@@ -123,35 +123,66 @@ fn stat_json(s: &Option<Stat>) -> serde_json::Value {
 /// As [`cells`]; [`Error::Io`] when a file cannot be written.
 pub fn report(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
     let (m, cells, runs) = cells(dir)?;
-    let metric_names = [
-        "acc",
-        "bwt",
-        "forgetting",
-        "fwt",
-        "retention",
-        "task_il_acc",
-        "time_s",
-        "peak_mib",
-        "params_k",
-    ];
-    let stats = |r: &RunRow| {
-        [
-            r.acc,
-            r.bwt,
-            r.forgetting,
-            r.fwt,
-            r.retention,
-            r.task_il_acc,
-            r.total_s,
-            r.peak_mib,
-            r.params_k,
-        ]
-    };
-    let json = serde_json::json!({
+    let bytes = serde_json::to_vec_pretty(&sweep_json(&m, &cells, runs))
+        .map_err(|e| Error::Other(e.to_string()))?;
+    let json_path = dir.join("sweep.json");
+    engram_core::fsutil::write_atomic(&json_path, &bytes)?;
+    let csv_path = dir.join("sweep.csv");
+    engram_core::fsutil::write_atomic(&csv_path, sweep_csv(&m, &cells).as_bytes())?;
+
+    let rows: Vec<RunRow> = cells.iter().map(|c| c.row.clone()).collect();
+    let plots = dir.join("plots");
+    std::fs::create_dir_all(&plots).map_err(|e| Error::io(&plots, e))?;
+    let mut files = vec![json_path, csv_path];
+    files.extend(crate::report::render_rows(&rows, &plots)?);
+
+    let mut table = crate::report::compare_table(&rows);
+    for c in &cells {
+        for (n, s) in &c.unfinished {
+            let _ = writeln!(table, "not in the table: {n} ({})", s.word());
+        }
+    }
+    for w in crate::report::plasticity_warnings(&rows) {
+        let _ = writeln!(table, "{w}");
+    }
+    Ok((table, files))
+}
+
+/// The metrics of a cell in `sweep.json` and `sweep.csv`, in column order ([`stats`]).
+const METRIC_NAMES: [&str; 9] = [
+    "acc",
+    "bwt",
+    "forgetting",
+    "fwt",
+    "retention",
+    "task_il_acc",
+    "time_s",
+    "peak_mib",
+    "params_k",
+];
+
+/// The statistics of a row named by [`METRIC_NAMES`], in that order.
+fn stats(r: &RunRow) -> [Option<Stat>; 9] {
+    [
+        r.acc,
+        r.bwt,
+        r.forgetting,
+        r.fwt,
+        r.retention,
+        r.task_il_acc,
+        r.total_s,
+        r.peak_mib,
+        r.params_k,
+    ]
+}
+
+/// `sweep.json` (its layout: [`report`]).
+fn sweep_json(m: &Manifest, cells: &[Cell], runs: Vec<serde_json::Value>) -> serde_json::Value {
+    serde_json::json!({
         "sweep": m.name,
         "axes": m.axes,
         "cells": cells.iter().map(|c| {
-            let metrics: serde_json::Map<String, serde_json::Value> = metric_names
+            let metrics: serde_json::Map<String, serde_json::Value> = METRIC_NAMES
                 .iter()
                 .zip(stats(&c.row))
                 .map(|(k, s)| (k.to_string(), stat_json(&s)))
@@ -165,22 +196,22 @@ pub fn report(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
             })
         }).collect::<Vec<_>>(),
         "runs": runs,
-    });
-    let bytes = serde_json::to_vec_pretty(&json).map_err(|e| Error::Other(e.to_string()))?;
-    let json_path = dir.join("sweep.json");
-    engram_core::fsutil::write_atomic(&json_path, &bytes)?;
+    })
+}
 
+/// `sweep.csv`: one row per cell, the axis values and `<metric>_mean`, `<metric>_std`.
+fn sweep_csv(m: &Manifest, cells: &[Cell]) -> String {
     let mut csv = String::from("cell");
     for a in &m.axes {
         csv.push(',');
         csv.push_str(&csv_field(a));
     }
     csv.push_str(",seeds");
-    for k in metric_names {
+    for k in METRIC_NAMES {
         let _ = write!(csv, ",{k}_mean,{k}_std");
     }
     csv.push('\n');
-    for c in &cells {
+    for c in cells {
         csv.push_str(&csv_field(&c.cell));
         for a in &m.axes {
             let v = c.axes.get(a).map_or(String::new(), |v| match v {
@@ -207,25 +238,7 @@ pub fn report(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
         }
         csv.push('\n');
     }
-    let csv_path = dir.join("sweep.csv");
-    engram_core::fsutil::write_atomic(&csv_path, csv.as_bytes())?;
-
-    let rows: Vec<RunRow> = cells.iter().map(|c| c.row.clone()).collect();
-    let plots = dir.join("plots");
-    std::fs::create_dir_all(&plots).map_err(|e| Error::io(&plots, e))?;
-    let mut files = vec![json_path, csv_path];
-    files.extend(crate::report::render_rows(&rows, &plots)?);
-
-    let mut table = crate::report::compare_table(&rows);
-    for c in &cells {
-        for (n, s) in &c.unfinished {
-            let _ = writeln!(table, "not in the table: {n} ({})", s.word());
-        }
-    }
-    for w in crate::report::plasticity_warnings(&rows) {
-        let _ = writeln!(table, "{w}");
-    }
-    Ok((table, files))
+    csv
 }
 
 /// A CSV field, quoted when it holds a comma, quote or line break (RFC 4180).

@@ -23,10 +23,20 @@
 //! DIR/sweep.json, sweep.csv, plots/   written by `engram sweep report`
 //! ```
 
+//!
+//! The modules, each reading only those before it (no circle): [`resources`] (the Slurm
+//! resources of `[sweep.slurm]` and their check) → [`grid`] (the parsed [`Sweep`], its
+//! expansion into runs and the grid manifest) → [`file`] (the sweep file, parsed into a
+//! [`Sweep`]) → [`exec`] (one run as a child process, its state and lock) → [`local`] and
+//! [`slurm`] (running the grid here, or as a job array) → [`aggregate`] (the table of a
+//! sweep's runs) → [`suite`] (the benchmark suite's tables from `sweep.json`).
+
 pub mod aggregate;
 pub mod exec;
+pub mod file;
 pub mod grid;
 pub mod local;
+pub mod resources;
 pub mod slurm;
 pub mod suite;
 

@@ -10,68 +10,6 @@ use engram_core::{Error, Result};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// Checks `[sweep.slurm]` before any script is written: counts at least 1, `mem` a size
-/// (`4G`, `500M`, `1024`), `time` in one of Slurm's forms (`MM`, `HH:MM:SS`, `D-HH:MM`, …), no
-/// line break or double quote in any value (they would end or break an `#SBATCH` line), and
-/// `extra` entries that are options (`--qos=short`).
-///
-/// # Errors
-/// What is wrong, for the caller to place in the sweep file.
-pub fn check_options(o: &super::grid::SlurmOptions) -> std::result::Result<(), String> {
-    if o.cpus_per_task == Some(0) {
-        return Err("cpus_per_task must be at least 1".into());
-    }
-    if o.max_parallel == Some(0) {
-        return Err("max_parallel must be at least 1 (leave it out for no limit)".into());
-    }
-    if let Some(m) = &o.mem {
-        let digits = m.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
-        if digits.is_empty()
-            || !digits.chars().all(|c| c.is_ascii_digit())
-            || m.len() > digits.len() + 1
-        {
-            return Err(format!(
-                "mem `{m}` is not a size such as \"4G\" or \"500M\""
-            ));
-        }
-    }
-    if let Some(t) = &o.time
-        && (t.is_empty()
-            || !t
-                .chars()
-                .all(|c| c.is_ascii_digit() || c == ':' || c == '-')
-            || t.starts_with([':', '-']))
-    {
-        return Err(format!(
-            "time `{t}` is not one of Slurm's forms (\"30\", \"01:00:00\", \"1-12:00\")"
-        ));
-    }
-    let strings = [&o.mem, &o.time, &o.partition, &o.account, &o.gres]
-        .into_iter()
-        .flatten()
-        .chain(o.extra.iter().flatten())
-        .cloned()
-        .chain(o.engram.iter().map(|p| p.display().to_string()));
-    for v in strings {
-        if v.contains(['\n', '\r', '"']) {
-            return Err(format!(
-                "{v:?}: a value cannot hold a line break or a double quote"
-            ));
-        }
-    }
-    if let Some(e) = o
-        .extra
-        .iter()
-        .flatten()
-        .find(|e| !e.trim().starts_with("--"))
-    {
-        return Err(format!(
-            "extra `{e}` is not an sbatch option (write it as \"--qos=short\")"
-        ));
-    }
-    Ok(())
-}
-
 /// `--key=value` for an `#SBATCH` line, the value in double quotes when it holds a space.
 fn sbatch_opt(k: &str, v: &str) -> String {
     if v.contains(char::is_whitespace) {

@@ -305,3 +305,131 @@ fn compare_prints_runs_side_by_side() {
     ]);
     assert_eq!(code, 2, "{out}");
 }
+
+/// A `report.json` of `tasks` tasks from the fixture's: a lower-triangular accuracy matrix
+/// (`R[i][j]` = 0.5 + 0.4·(j mod 2) for j ≤ i, null above), one entry per task in `tasks` and
+/// in the per-task memory peaks.
+fn synthetic_report(tasks: usize) -> String {
+    let mut r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture().join("report.json")).unwrap()).unwrap();
+    let task = r["tasks"][0].clone();
+    r["tasks"] = (0..tasks)
+        .map(|i| {
+            let mut t = task.clone();
+            t["index"] = i.into();
+            t
+        })
+        .collect::<Vec<_>>()
+        .into();
+    r["memory"]["per_task_train_peak_bytes"] = (0..tasks)
+        .map(|i| serde_json::Value::from(1_000_000 + 1000 * i))
+        .collect::<Vec<_>>()
+        .into();
+    r["accuracy_matrix"] = serde_json::Value::Null;
+    let text = r.to_string();
+    // The matrix written as text: a Value of 4 million cells would be slow to build.
+    let mut m = String::with_capacity(tasks * tasks * 5);
+    m.push('[');
+    for i in 0..tasks {
+        m.push_str(if i == 0 { "[" } else { ",[" });
+        for j in 0..tasks {
+            if j > 0 {
+                m.push(',');
+            }
+            m.push_str(match (j <= i, j % 2) {
+                (false, _) => "null",
+                (true, 0) => "0.5",
+                (true, _) => "0.9",
+            });
+        }
+        m.push(']');
+    }
+    m.push(']');
+    text.replacen(
+        "\"accuracy_matrix\":null",
+        &format!("\"accuracy_matrix\":{m}"),
+        1,
+    )
+}
+
+/// Issue #32, defect 9: `engram report` on 2,000 tasks of online learning ran for minutes (a
+/// 2000×2000 heatmap with a label per cell, 2,000 curves). The figures are bounded: the
+/// heatmap draws blocks of tasks and says so, the curves are capped with the mean kept.
+/// (How long it takes is measured by `engram bench`, not asserted here.)
+#[test]
+fn issue32_report_of_2000_tasks_renders_bounded_figures() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("report.json"), synthetic_report(2000)).unwrap();
+    let files = report::render_dir(d.path(), None).unwrap();
+    assert_eq!(files.len(), 2 * (FIGURES.len() - 1), "{files:?}");
+    for stem in &FIGURES[..3] {
+        let png = std::fs::read(d.path().join("plots").join(format!("{stem}.png"))).unwrap();
+        assert_eq!(png_size(&png), FIGURE_SIZE, "{stem}.png");
+    }
+    let svg = |stem: &str| {
+        svg_texts(
+            &std::fs::read_to_string(d.path().join("plots").join(format!("{stem}.svg"))).unwrap(),
+        )
+    };
+    let matrix = svg("accuracy_matrix");
+    assert!(
+        matrix
+            .iter()
+            .any(|t| t == "Accuracy matrix R[i][j] (%), means of 20×20 task blocks"),
+        "{:?}",
+        &matrix[..20.min(matrix.len())]
+    );
+    // No cell is annotated, and the axes are thinned to round task numbers.
+    assert!(!matrix.iter().any(|t| t == "90.0" || t == "50.0"));
+    assert!(matrix.iter().any(|t| t == "T1000"), "{matrix:?}");
+    assert!(!matrix.iter().any(|t| t == "T1001"));
+    let curves = svg("task_accuracy");
+    assert!(
+        curves.iter().any(|t| t == "task (20 of 2000)"),
+        "{curves:?}"
+    );
+    assert!(curves.iter().any(|t| t == "T1999"), "{curves:?}");
+    assert!(curves.iter().any(|t| t == "mean of tasks seen"));
+    let memory = svg("memory");
+    assert!(
+        memory
+            .iter()
+            .any(|t| t == "training tasks (peak of each 40)"),
+        "{memory:?}"
+    );
+}
+
+/// Issue #32, defect 11: `engram report` on a regular file or a device, or with `OUT/plots`
+/// a file of the user's, failed with exit 1 and a bare OS error. Bad input: exit 2, the path
+/// named, the user's file left as it was.
+#[test]
+fn issue32_report_on_a_file_or_device_is_bad_input() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("notes.txt");
+    std::fs::write(&file, "mine").unwrap();
+    for (path, what) in [
+        (file.to_str().unwrap(), "is a file, not a run's directory"),
+        ("/dev/zero", "is a device or a FIFO, not a run's directory"),
+    ] {
+        let (code, out) = run(&["report", path]);
+        assert_eq!(code, 2, "{out}");
+        assert!(out.contains(&format!("{path}: {what}")), "{out}");
+    }
+    let r = d.path().join("run");
+    std::fs::create_dir_all(&r).unwrap();
+    std::fs::copy(fixture().join("report.json"), r.join("report.json")).unwrap();
+    std::fs::write(r.join("plots"), "my plots").unwrap();
+    let (code, out) = run(&["report", r.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(&format!(
+            "{}: is not a directory",
+            r.join("plots").display()
+        )),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(r.join("plots")).unwrap(),
+        "my plots"
+    );
+}

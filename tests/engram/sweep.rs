@@ -416,3 +416,89 @@ fn bench_suite_runs_configs_by_streams_and_prints_each_stream_s_table() {
     assert_eq!(code, 2, "{msg}");
     assert!(msg.contains("has no [sweep.variants.stream]"), "{msg}");
 }
+
+/// Issue #32, defect 1: `[sweep] out = ""` (and `--out ""`) named the current directory, and
+/// `sweep run` replaced the user's own `sweep.toml` and `sweep.csv` there with exit 0. Both
+/// `validate` and `run` refuse it as bad input, and nothing in the directory changes.
+#[test]
+fn issue32_sweep_out_empty_refused() {
+    let d = tempfile::tempdir().unwrap();
+    small_config(d.path(), "base.toml", "");
+    std::fs::write(d.path().join("sweep.toml"), "mine\n").unwrap();
+    std::fs::write(d.path().join("sweep.csv"), "mine,too\n").unwrap();
+    let s = d.path().join("s.toml");
+    std::fs::write(
+        &s,
+        "[sweep]\nbase = \"base.toml\"\nout = \"\"\n\"optimizer.lr\" = [0.05]\n",
+    )
+    .unwrap();
+    let in_dir = |args: &[&str]| {
+        let mut c = engram();
+        c.current_dir(d.path()).arg("sweep").args(args);
+        output(c.output().unwrap())
+    };
+    for cmd in ["validate", "run"] {
+        let (code, msg) = in_dir(&[cmd, "s.toml"]);
+        assert_eq!(code, 2, "{cmd}: {msg}");
+        assert!(
+            msg.contains(&format!("{}:3:7: `out` is empty", s.display()))
+                || msg.contains("s.toml:3:7: `out` is empty"),
+            "{cmd}: {msg}"
+        );
+    }
+    // `--out ""` on the command line, with a sweep file that names no `out` (refused as a
+    // missing value by the argument parser; `Manifest::install` refuses an empty path too).
+    std::fs::write(
+        &s,
+        "[sweep]\nbase = \"base.toml\"\n\"optimizer.lr\" = [0.05]\n",
+    )
+    .unwrap();
+    let (code, msg) = in_dir(&["run", "s.toml", "--out", "", "-q"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("--out"), "{msg}");
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("sweep.toml")).unwrap(),
+        "mine\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("sweep.csv")).unwrap(),
+        "mine,too\n"
+    );
+    for made in ["grid.json", "state", "logs"] {
+        assert!(!d.path().join(made).exists(), "{made} was written");
+    }
+}
+
+/// Issue #32, defect 6: a `base` that is `/dev/zero` was read without a bound (4 GB) and then
+/// called missing; a directory was called missing too. Both are refused at once, placed at
+/// the `base` value, by what they are.
+#[test]
+fn issue32_sweep_base_not_a_regular_file_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let s = d.path().join("s.toml");
+    std::fs::create_dir_all(d.path().join("adir")).unwrap();
+    for (base, want) in [
+        (
+            "/dev/zero",
+            "config /dev/zero is not a regular file (a device or a FIFO)",
+        ),
+        ("adir", "adir is a directory, not a config file"),
+    ] {
+        std::fs::write(
+            &s,
+            format!("[sweep]\nbase = \"{base}\"\n\"optimizer.lr\" = [0.05]\n"),
+        )
+        .unwrap();
+        for cmd in ["validate", "run"] {
+            let started = std::time::Instant::now();
+            let (code, msg) = sweep(&[cmd, s.to_str().unwrap()], &[]);
+            assert_eq!(code, 2, "{base} {cmd}: {msg}");
+            assert!(
+                msg.contains(&format!("{}:2:8: ", s.display())) && msg.contains(want),
+                "{base} {cmd}: {msg}"
+            );
+            assert!(!msg.contains("does not exist"), "{msg}");
+            assert!(started.elapsed().as_secs() < 30, "{base}: read unbounded?");
+        }
+    }
+}
