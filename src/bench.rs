@@ -6,6 +6,8 @@
 //! momentum 0.9) on synthetic inputs. `bench/throughput_torch.py` runs the identical loop in
 //! plain PyTorch for comparison.
 
+pub mod torch;
+
 use engram_core::Result;
 use engram_core::burn::tensor::{Device, Int, Tensor, TensorData};
 use engram_core::data::stream::{Batch, SampleRef};
@@ -200,29 +202,20 @@ pub enum BenchModel {
     },
 }
 
-/// Peak memory and step time of `standard`, `checkpoint` (segments of about √blocks), `amp`
-/// (compute in `amp`, dynamic loss scaling), `checkpoint+amp`, and Burn's op-level
-/// checkpointing alone (`op-level`) and with segments (`checkpoint+op-level`) on `model` at batch
-/// `batch`
-/// with synthetic 28×28 input, measured in one process with the counting allocator (CPU) or the
-/// device pool's reserved bytes (CubeCL devices, see `measure`); ratios to `standard`. Each row: 2 warm-up steps, then `steps` measured. Two more rows
-/// compare a forward pass with its autodiff graph (`forward_tracked`) and evaluation on the
-/// inference copy without a graph (`eval_no_graph`); their ratios are to `forward_tracked`.
-///
-/// # Errors
-/// Propagates a failed step.
-pub fn memory(
-    device: &Device,
-    model: &BenchModel,
-    batch: usize,
-    steps: usize,
-    amp: engram_strategies::amp::Precision,
-) -> Result<Vec<MemoryRow>> {
-    let ad = device.clone().autodiff();
-    let mut r = rng::stream(0, "bench-memory", 0, 0);
-    ad.seed(1);
-    let shape = model.clone();
-    let build = |r: &mut rng::Rng, ad: &Device| match shape {
+/// The memory chains of the training-step rows, in order: the real chains as a run builds
+/// them, and Burn's op-level checkpointing alone and with segments.
+const STEP_ROWS: [&str; 6] = [
+    "standard",
+    "checkpoint",
+    "amp",
+    "checkpoint+amp",
+    "op-level",
+    "checkpoint+op-level",
+];
+
+/// Builds the benchmark's `model` on `ad` from the random stream `r`.
+fn build_model(model: &BenchModel, r: &mut rng::Rng, ad: &Device) -> engram_core::model::Model {
+    match *model {
         BenchModel::Mlp { depth, width } => build_mlp(
             784,
             &vec![width; depth],
@@ -247,69 +240,114 @@ pub fn memory(
             r,
             ad,
         ),
-    };
-    let r_op = r.clone();
-    let model = build(&mut r, &ad);
-    let xs: Vec<f32> = (0..batch * 784)
-        .map(|_| r.random_range(-1.0..1.0))
-        .collect();
-    let ys: Vec<i64> = (0..batch).map(|_| r.random_range(0..10)).collect();
-    let refs: Vec<SampleRef> = (0..batch)
-        .map(|i| SampleRef {
-            task: 0,
-            index: i as u32,
-        })
-        .collect();
-    let make = |ad: &Device| Batch {
-        x: Tensor::from_data(TensorData::new(xs.clone(), [batch, 784]), ad),
-        y: Tensor::<1, Int>::from_data(TensorData::new(ys.clone(), [batch]), ad),
-        weights: None,
-        logit_mask: None,
-        refs: refs.clone(),
-        new_samples: batch,
-    };
-    let interval =
-        engram_strategies::checkpoint::Checkpoint::new(0).segments(model.num_blocks())[0].len();
-    let mut rows = Vec::new();
-    use engram_core::strategy::{MemoryStrategy, Next};
+    }
+}
+
+/// One synthetic batch of 28×28 inputs and labels, drawn once and rebuilt on any device.
+struct Inputs {
+    xs: Vec<f32>,
+    ys: Vec<i64>,
+    refs: Vec<SampleRef>,
+}
+
+impl Inputs {
+    fn draw(batch: usize, r: &mut rng::Rng) -> Self {
+        let xs = (0..batch * 784)
+            .map(|_| r.random_range(-1.0..1.0))
+            .collect();
+        let ys = (0..batch).map(|_| r.random_range(0..10)).collect();
+        let refs = (0..batch)
+            .map(|i| SampleRef {
+                task: 0,
+                index: i as u32,
+            })
+            .collect();
+        Self { xs, ys, refs }
+    }
+
+    fn batch(&self, device: &Device) -> Batch {
+        let n = self.ys.len();
+        Batch {
+            x: Tensor::from_data(TensorData::new(self.xs.clone(), [n, 784]), device),
+            y: Tensor::<1, Int>::from_data(TensorData::new(self.ys.clone(), [n]), device),
+            weights: None,
+            logit_mask: None,
+            refs: self.refs.clone(),
+            new_samples: n,
+        }
+    }
+}
+
+/// The memory chain of the row `name` of [`STEP_ROWS`], as a run builds it (accumulation →
+/// precision → execution): AMP in `amp` for the `…amp` rows, segments of `interval` blocks for
+/// the `checkpoint…` rows, the standard step otherwise.
+fn chain(
+    name: &str,
+    amp: engram_strategies::amp::Precision,
+    interval: usize,
+) -> Vec<Box<dyn engram_core::strategy::MemoryStrategy>> {
     use engram_strategies::amp::{Amp, AmpParams};
+    let mut chain: Vec<Box<dyn engram_core::strategy::MemoryStrategy>> = Vec::new();
+    if name.ends_with("amp") {
+        chain.push(Box::new(Amp::new(AmpParams {
+            dtype: amp,
+            ..AmpParams::default()
+        })));
+    }
+    if name.starts_with("checkpoint") {
+        chain.push(Box::new(engram_strategies::checkpoint::Checkpoint::new(
+            interval,
+        )));
+    } else {
+        chain.push(Box::new(engram_strategies::standard::Standard));
+    }
+    chain
+}
+
+/// Peak memory and step time of `standard`, `checkpoint` (segments of about √blocks), `amp`
+/// (compute in `amp`, dynamic loss scaling), `checkpoint+amp`, and Burn's op-level
+/// checkpointing alone (`op-level`) and with segments (`checkpoint+op-level`) on `model` at batch
+/// `batch`
+/// with synthetic 28×28 input, measured in one process with the counting allocator (CPU) or the
+/// device pool's reserved bytes (CubeCL devices, see `measure`); ratios to `standard`. Each row: 2 warm-up steps, then `steps` measured. Two more rows
+/// compare a forward pass with its autodiff graph (`forward_tracked`) and evaluation on the
+/// inference copy without a graph (`eval_no_graph`); their ratios are to `forward_tracked`.
+///
+/// # Errors
+/// Propagates a failed step.
+pub fn memory(
+    device: &Device,
+    model: &BenchModel,
+    batch: usize,
+    steps: usize,
+    amp: engram_strategies::amp::Precision,
+) -> Result<Vec<MemoryRow>> {
+    use engram_core::strategy::Next;
+    let ad = device.clone().autodiff();
+    let mut r = rng::stream(0, "bench-memory", 0, 0);
+    ad.seed(1);
+    let r_op = r.clone();
+    let net = build_model(model, &mut r, &ad);
+    let inputs = Inputs::draw(batch, &mut r);
+    let interval =
+        engram_strategies::checkpoint::Checkpoint::new(0).segments(net.num_blocks())[0].len();
     // Burn's op-level checkpointing is a property of the autodiff device: its rows use the same
     // model and weights built on a device with the Balanced strategy.
     let bal = ad.clone().gradient_checkpointing();
     bal.seed(1);
-    let op_model = build(&mut r_op.clone(), &bal);
-    for name in [
-        "standard",
-        "checkpoint",
-        "amp",
-        "checkpoint+amp",
-        "op-level",
-        "checkpoint+op-level",
-    ] {
+    let op_net = build_model(model, &mut r_op.clone(), &bal);
+    let mut rows = Vec::new();
+    for name in STEP_ROWS {
         let (m, dev) = if name.ends_with("op-level") {
-            (&op_model, &bal)
+            (&op_net, &bal)
         } else {
-            (&model, &ad)
+            (&net, &ad)
         };
-        // The real chains, as a run builds them (accumulation → precision → execution).
-        let mut chain: Vec<Box<dyn MemoryStrategy>> = Vec::new();
-        if name.ends_with("amp") {
-            chain.push(Box::new(Amp::new(AmpParams {
-                dtype: amp,
-                ..AmpParams::default()
-            })));
-        }
-        if name.starts_with("checkpoint") {
-            chain.push(Box::new(engram_strategies::checkpoint::Checkpoint::new(
-                interval,
-            )));
-        } else {
-            chain.push(Box::new(engram_strategies::standard::Standard));
-        }
+        let mut chain = chain(name, amp, interval);
         rows.push(measure(device, name, 2, steps, |s| {
             let out = Next::new(&mut chain).run(StepRequest {
                 model: m,
-                batch: make(dev),
+                batch: inputs.batch(dev),
                 loss: &BenchLoss,
                 loss_scale: 1.0,
                 compute_dtype: None,
@@ -319,26 +357,40 @@ pub fn memory(
             Ok(())
         })?);
     }
-    drop(op_model);
-    // Evaluation: a forward pass on the inference copy (no autodiff graph) against the same
-    // forward with a graph kept alive (what evaluating on the training model would hold).
+    drop(op_net);
+    forward_rows(device, &ad, &net, &inputs.xs, steps, &mut rows)?;
+    relative_to(&mut rows[..6]);
+    relative_to(&mut rows[6..]);
+    Ok(rows)
+}
+
+/// Evaluation's rows: a forward pass of `xs` on the inference copy of `net` (no autodiff graph,
+/// on `device`) against the same forward on `ad` with its graph kept alive (what evaluating on
+/// the training model would hold).
+fn forward_rows(
+    device: &Device,
+    ad: &Device,
+    net: &engram_core::model::Model,
+    xs: &[f32],
+    steps: usize,
+    rows: &mut Vec<MemoryRow>,
+) -> Result<()> {
     use engram_core::burn::module::Module as _;
     use engram_core::model::{Activation, ForwardCtx};
-    let valid = model.valid();
+    let batch = xs.len() / 784;
+    let valid = net.valid();
     for name in ["forward_tracked", "eval_no_graph"] {
         rows.push(measure(device, name, 1, steps, |_| {
             let logits = if name == "eval_no_graph" {
-                let x = Tensor::<2>::from_data(TensorData::new(xs.clone(), [batch, 784]), device);
+                let x = Tensor::<2>::from_data(TensorData::new(xs.to_vec(), [batch, 784]), device);
                 valid.forward(Activation::Flat(x), &ForwardCtx::default())
             } else {
-                let x = Tensor::<2>::from_data(TensorData::new(xs.clone(), [batch, 784]), &ad);
-                model.forward(Activation::Flat(x), &ForwardCtx::default())
+                let x = Tensor::<2>::from_data(TensorData::new(xs.to_vec(), [batch, 784]), ad);
+                net.forward(Activation::Flat(x), &ForwardCtx::default())
             };
             let _ = logits.sum().into_scalar::<f32>();
             Ok(())
         })?);
     }
-    relative_to(&mut rows[..6]);
-    relative_to(&mut rows[6..]);
-    Ok(rows)
+    Ok(())
 }

@@ -272,6 +272,54 @@ impl Experiment {
         )
     }
 
+    /// Trains one run per seed of `seeds` (each this experiment with `run.seed` set), as
+    /// `engram run --seeds` does: into `out/seed-N/`, every seed's config written before any
+    /// trains, then `out/aggregate.json` with the mean ± std over the seeds that finished
+    /// ([`crate::seeds`]). A single seed trains into `out` itself, without an aggregate.
+    ///
+    /// # Errors
+    /// As [`Experiment::prepare`] for any seed's config (checked before anything is written),
+    /// [`Error::ConfigFile`] when a seed repeats, and as [`crate::seeds::run`]. A seed that
+    /// fails does not stop the others: see [`crate::seeds::Outcome::error`].
+    pub fn run_seeds(&self, out: &Path, seeds: &[u64]) -> Result<crate::seeds::Outcome> {
+        if let Some(p) = self.problems.first() {
+            return Err(Error::Other(p.clone()));
+        }
+        let file = Path::new("experiment.toml");
+        crate::seeds::check_distinct(file, seeds)?;
+        let configs = seeds
+            .iter()
+            .map(|&seed| {
+                let mut e = self.clone();
+                e.run.seed = seed;
+                LoadedConfig::from_source(file, e.config_text()?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let Some(first) = configs.first() else {
+            return Ok(crate::seeds::Outcome::default());
+        };
+        let first = trainer::prepare(first.clone(), &self.registry)?;
+        crate::seeds::run(
+            crate::seeds::Plan {
+                configs,
+                first: Some(first),
+                target: out.to_path_buf(),
+                progress: self.progress,
+                prepare: &mut |cfg| trainer::prepare(cfg, &self.registry),
+            },
+            &mut (),
+        )
+    }
+
+    /// Continues a multi-seed run made by [`Experiment::run_seeds`] (every unfinished seed,
+    /// then `out/aggregate.json` again), with this experiment's registry.
+    ///
+    /// # Errors
+    /// As [`crate::seeds::resume`].
+    pub fn resume_seeds(&self, out: &Path) -> Result<crate::seeds::Outcome> {
+        crate::seeds::resume(out, &self.registry, self.progress, None, &mut ())
+    }
+
     /// Continues the run in `out` from its last checkpoint (or rewrites the report of a
     /// finished one) with this experiment's registry: the in-memory dataset given to
     /// [`Experiment::dataset`] again, the program's own components. The run's own config

@@ -18,7 +18,9 @@ pub mod bench;
 pub mod experiment;
 pub mod fetch;
 pub mod outdir;
+pub mod outpath;
 pub mod report;
+pub mod seeds;
 pub mod summary;
 pub mod sweep;
 

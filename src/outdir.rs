@@ -181,7 +181,8 @@ pub struct Claim {
 /// the run finishes. Nothing in `out` is changed here but the lock file and the attempt.
 ///
 /// # Errors
-/// [`Error::Usage`] (exit 2) for an empty path, a path that is a file, a directory that holds
+/// [`Error::Usage`] (exit 2) for an empty path, a path that is a file, a dangling or looping
+/// symbolic link or a path under a file ([`crate::outpath::check_dir`]), a directory that holds
 /// files engram did not write (nothing is touched), a directory another engram process is
 /// writing (its lock is held; the message gives the pid), and an unfinished run without
 /// `overwrite` (it could be resumed); [`Error::Io`] when the directory cannot be created.
@@ -197,6 +198,9 @@ pub fn claim(out: &Path, overwrite: bool) -> Result<Claim> {
             out.display()
         )));
     }
+    // A dangling or looping symbolic link, a path under a file: refused by name (exit 2), not
+    // left to `create_dir_all`'s raw OS error.
+    crate::outpath::check_dir(out, "--out")?;
     if Lock::held(&out.join(LOCK)) {
         return Err(busy(out));
     }

@@ -326,14 +326,21 @@ impl Error {
             | Error::Device { .. }
             | Error::Checkpoint { .. } => 2,
             // A device, a FIFO or a directory given as a file, or a file over its limit
-            // (`fsutil::read_bounded`), is bad input, not a failure of the disk.
+            // (`fsutil::read_bounded`), is bad input, not a failure of the disk; so is a user's
+            // path that cannot be one (a file where a directory must be or the reverse, a path
+            // under a file, something already there, a symbolic link that loops). The message
+            // names the path.
             Error::Io { source, .. }
                 if matches!(
                     source.kind(),
                     std::io::ErrorKind::InvalidInput
                         | std::io::ErrorKind::FileTooLarge
                         | std::io::ErrorKind::InvalidData
-                ) =>
+                        | std::io::ErrorKind::NotADirectory
+                        | std::io::ErrorKind::IsADirectory
+                        | std::io::ErrorKind::AlreadyExists
+                        | std::io::ErrorKind::InvalidFilename
+                ) || source.raw_os_error() == Some(libc::ELOOP) =>
             {
                 2
             }

@@ -350,3 +350,95 @@ fn retention_explains_itself_when_an_old_task_was_never_learned() {
     assert!(m[1][1].as_f64().unwrap() > 0.6, "{m}");
     assert!(r["retention_note"].is_null(), "{r}");
 }
+
+/// The library's multi-seed run ([`engram::seeds`], what `engram run --seeds` calls, and
+/// [`engram::Experiment::run_seeds`]) writes the command's layout: `seed-N/` runs and the same
+/// `aggregate.json`.
+#[test]
+fn the_library_runs_seeds_as_the_command_does() {
+    use engram::core::train::trainer;
+    let d = tempfile::tempdir().unwrap();
+    let f = small_config(d.path(), "s.toml", "");
+    let cli = d.path().join("cli");
+    let (code, msg) = run(&[
+        "run",
+        f.to_str().unwrap(),
+        "--out",
+        cli.to_str().unwrap(),
+        "--seeds",
+        "0,5",
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    let lib = d.path().join("lib");
+    let registry = engram::registry();
+    let configs = engram::seeds::configs(&f, &[], &[0, 5]).unwrap();
+    let outcome = engram::seeds::run(
+        engram::seeds::Plan {
+            configs,
+            first: None,
+            target: lib.clone(),
+            progress: false,
+            prepare: &mut |c| trainer::prepare(c, &registry),
+        },
+        &mut (),
+    )
+    .unwrap();
+    assert!(outcome.error().is_none());
+    let agg = |dir: &Path| -> Value {
+        serde_json::from_slice(&std::fs::read(dir.join("aggregate.json")).unwrap()).unwrap()
+    };
+    let (a, b) = (agg(&cli), agg(&lib));
+    assert_eq!(outcome.aggregate.as_ref(), Some(&b));
+    for key in ["seeds", "runs", "failed"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    assert_eq!(a["metrics"]["acc"], b["metrics"]["acc"]);
+    assert_eq!(b["seeds"], serde_json::json!([0, 5]));
+    for s in ["seed-0", "seed-5"] {
+        assert_eq!(matrix(&report(&cli.join(s))), matrix(&report(&lib.join(s))));
+        assert!(lib.join(s).join("config.toml").is_file());
+    }
+    // A repeated seed is refused before anything is written.
+    let e = engram::seeds::configs(&f, &[], &[1, 1]).err().unwrap();
+    assert_eq!(e.exit_code(), 2);
+    assert!(e.to_string().contains("repeats a seed"), "{e}");
+}
+
+/// [`engram::Experiment::run_seeds`]: a program's typed experiment over several seeds.
+#[test]
+fn an_experiment_runs_several_seeds() {
+    use engram::core::model::mlp::MlpParams;
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("exp");
+    let _ = crate::util::fmnist_dir();
+    let outcome = engram::Experiment::new()
+        .dataset_named("fashion-mnist")
+        .data(|d| {
+            d.tasks = Some(2);
+            d.classes_per_task = Some(2);
+            d.subsample = Some(600);
+            d.test_subsample = Some(200);
+        })
+        .model(MlpParams {
+            hidden: vec![16],
+            ..MlpParams::default()
+        })
+        .run_seeds(&out, &[1, 2])
+        .unwrap();
+    assert!(outcome.error().is_none());
+    assert_eq!(outcome.reports.len(), 2);
+    let agg = outcome.aggregate.unwrap();
+    assert_eq!(agg["seeds"], serde_json::json!([1, 2]));
+    let acc: Vec<f64> = outcome
+        .reports
+        .iter()
+        .map(|r| r.metrics.acc.unwrap())
+        .collect();
+    let mean = agg["metrics"]["acc"]["mean"].as_f64().unwrap();
+    assert!((mean - (acc[0] + acc[1]) / 2.0).abs() < 1e-12, "{agg}");
+    for s in ["seed-1", "seed-2"] {
+        assert!(out.join(s).join("report.json").is_file(), "{s}");
+    }
+    assert!(out.join("aggregate.json").is_file());
+}

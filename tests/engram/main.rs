@@ -19,4 +19,5 @@ mod report;
 mod resume;
 mod schedulers;
 mod sweep;
+mod synopsis;
 mod util;

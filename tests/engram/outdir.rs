@@ -326,3 +326,136 @@ fn attempts_replace_only_their_own_run_under_its_lock() {
     );
     assert_eq!(json(&attempt.join("report.json"))["status"], "finished");
 }
+
+/// Issue #32, defect 2: `export --safetensors FILE` replaced whatever was there (a user's
+/// file, a symbolic link's target, a FIFO, `/dev/full` turned into a regular file, exit 0). It
+/// refuses an existing target by name (exit 2, the file unchanged); `--overwrite` replaces a
+/// regular file only, never a link or a FIFO.
+#[test]
+fn issue32_export_refuses_existing_file() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "c.toml", "");
+    let out = d.path().join("run");
+    let (code, msg) = run_to(&cfg, &out, &["-q"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let export = |target: &Path, extra: &[&str]| {
+        let mut a = vec![
+            "export",
+            out.to_str().unwrap(),
+            "--safetensors",
+            target.to_str().unwrap(),
+        ];
+        a.extend(extra);
+        run(&a)
+    };
+    let mine = d.path().join("mine.safetensors");
+    std::fs::write(&mine, "the user's own file").unwrap();
+    let (code, msg) = export(&mine, &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains(&format!("--safetensors {}: already exists", mine.display()))
+            && msg.contains("--overwrite"),
+        "{msg}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&mine).unwrap(),
+        "the user's own file"
+    );
+    // A symbolic link is not followed, with or without --overwrite: its target is kept.
+    let link = d.path().join("link.safetensors");
+    std::os::unix::fs::symlink(&mine, &link).unwrap();
+    for extra in [&[][..], &["--overwrite"][..]] {
+        let (code, msg) = export(&link, extra);
+        assert_eq!(code, 2, "{msg}");
+        assert!(msg.contains("symbolic link"), "{msg}");
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(
+            std::fs::read_to_string(&mine).unwrap(),
+            "the user's own file"
+        );
+    }
+    // A FIFO (as a device) is never replaced by a regular file.
+    let fifo = d.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let (code, msg) = export(&fifo, &["--overwrite"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("a FIFO"), "{msg}");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    // --overwrite replaces a regular file, atomically: no temporary file is left beside it.
+    let (code, msg) = export(&mine, &["--overwrite"]);
+    assert_eq!(code, 0, "{msg}");
+    let bytes = std::fs::read(&mine).unwrap();
+    let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let meta: Value = serde_json::from_slice(&bytes[8..8 + header]).unwrap();
+    assert!(meta.get("blocks.0.linear.weight").is_some(), "{meta}");
+    let fresh = d.path().join("fresh.safetensors");
+    let (code, msg) = export(&fresh, &[]);
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(std::fs::read(&fresh).unwrap().len(), bytes.len());
+    let mut left: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    left.sort();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Issue #32, defect 11: a user's path that cannot be used was exit 1 with a raw OS error
+/// ("File exists" for a dangling or looping symbolic link, "Not a directory" under a file). It
+/// is bad input: exit 2 with a message naming the path, and nothing written.
+#[test]
+fn issue32_bad_output_paths_are_exit_2_naming_the_path() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "c.toml", "");
+    let file = d.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let dangling = d.path().join("dangling");
+    std::os::unix::fs::symlink(d.path().join("absent"), &dangling).unwrap();
+    let looping = d.path().join("loop");
+    std::os::unix::fs::symlink(&looping, &looping).unwrap();
+    for (out, why) in [
+        (file.join("out"), "is not a directory"),
+        (dangling.clone(), "which does not exist"),
+        (looping.clone(), "loops"),
+    ] {
+        let (code, msg) = run_to(&cfg, &out, &["-q"], &[]);
+        assert_eq!(code, 2, "{}: {msg}", out.display());
+        assert!(
+            msg.contains(&format!("--out {}", out.display())) && msg.contains(why),
+            "{msg}"
+        );
+    }
+    assert!(!d.path().join("absent").exists());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+    // `compare --plots FILE`: the table is printed, the figure refused by name.
+    let out = d.path().join("run");
+    let (code, msg) = run_to(&cfg, &out, &["-q"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let (code, msg) = run(&[
+        "compare",
+        out.to_str().unwrap(),
+        "--plots",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains(&format!("--plots {}: is a file", file.display())),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+}

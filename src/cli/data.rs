@@ -1,0 +1,86 @@
+//! `engram data fetch|export`: dataset tools.
+
+use super::Cli;
+use clap::Subcommand;
+use engram::core::Result;
+use engram::core::data::dataset;
+use engram::core::registry::Registry;
+use std::path::PathBuf;
+
+#[derive(Subcommand)]
+pub enum DataCommand {
+    /// Download a dataset's official files and verify them.
+    Fetch {
+        /// `fashion-mnist` or `mnist`.
+        name: String,
+        /// Target directory (default `$ENGRAM_DATA/<name>`, `./data/<name>` when unset).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Base URL to download from (default: the official mirror).
+        #[arg(long)]
+        url: Option<String>,
+    },
+    /// Write a dataset in a data format (to convert or inspect data): `idx`, `npy`, `csv`,
+    /// `image-folder` or a plugin's. The new directory also gets `dataset.toml` (class names,
+    /// shape, normalisation), so that `[data] format = F` with `path = DIR` reads back the same
+    /// dataset and a run on it gives the same accuracy matrix.
+    Export {
+        /// A registered dataset (`fashion-mnist`, `mnist`, a plugin's), or with `--from` the
+        /// display name of the data at `--path`.
+        name: String,
+        /// The format to write.
+        #[arg(long)]
+        format: String,
+        /// The directory to create, with its parents (it must not exist; written atomically).
+        #[arg(long)]
+        out: PathBuf,
+        /// Where the dataset's files are (default: where a run looks for them).
+        #[arg(long)]
+        path: Option<PathBuf>,
+        /// Read `--path` in this format instead of a registered dataset (to convert, for
+        /// example, CSV to NPY).
+        #[arg(long, value_name = "FORMAT")]
+        from: Option<String>,
+    },
+}
+
+/// `engram data …`.
+pub fn data(cli: &Cli, registry: &Registry, command: &DataCommand) -> Result<()> {
+    match command {
+        DataCommand::Fetch { name, dir, url } => {
+            let spec = dataset::spec(name)?;
+            let dir = dir
+                .clone()
+                .unwrap_or_else(|| dataset::data_root().join(name));
+            let url = url.clone().unwrap_or_else(|| spec.base_url.to_string());
+            let files = engram::fetch::fetch(spec, &url, &dir, None)?;
+            if !cli.quiet {
+                for f in files {
+                    println!("{}", f.display());
+                }
+            }
+            Ok(())
+        }
+        DataCommand::Export {
+            name,
+            format,
+            out,
+            path,
+            from,
+        } => {
+            let ds = registry.read_data(name, from.as_deref(), path.as_deref())?;
+            let dir = registry.write_data(&ds, format, out)?;
+            if !cli.quiet {
+                println!(
+                    "{}: {} train and {} test samples of {} in {} classes, written as {format}",
+                    dir.display(),
+                    ds.train.len(),
+                    ds.test.len(),
+                    ds.input,
+                    ds.classes
+                );
+            }
+            Ok(())
+        }
+    }
+}
