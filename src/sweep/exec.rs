@@ -169,6 +169,45 @@ pub fn start(
     if finished_run(&paths.out) {
         return Ok(Outcome::Finished);
     }
+    let (mut cmd, verb) = child_command(exe, manifest, run, &paths, threads)?;
+    let child = cmd.spawn().map_err(|e| Error::io(exe, e))?;
+    let old = read_state(&paths);
+    let state = State {
+        status: Some(Status::Running),
+        attempts: old.attempts + 1,
+        exit_code: None,
+        error: None,
+        host: hostname(),
+        pid: child.id(),
+        slurm_task: slurm_task(),
+        seconds: None,
+    };
+    write_state(&paths, &state)?;
+    Ok(Outcome::Started(Box::new(Started {
+        run: run.clone(),
+        paths,
+        verb,
+        child,
+        _lock: lock,
+        state,
+        t0: std::time::Instant::now(),
+        interrupted: false,
+    })))
+}
+
+/// The command that executes `run` (`engram resume` when it has checkpoints, else `engram
+/// run`), its output appended to the run's log, in its own process group and killed with this
+/// process; with the verb it runs.
+///
+/// # Errors
+/// [`Error::Io`] when the log cannot be opened.
+fn child_command(
+    exe: &Path,
+    manifest: &Manifest,
+    run: &GridRun,
+    paths: &RunPaths,
+    threads: usize,
+) -> Result<(Command, &'static str)> {
     let mut cmd = Command::new(exe);
     for p in &manifest.plugins {
         cmd.arg("--plugin").arg(p);
@@ -214,29 +253,7 @@ pub fn start(
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|e| Error::io(exe, e))?;
-    let old = read_state(&paths);
-    let state = State {
-        status: Some(Status::Running),
-        attempts: old.attempts + 1,
-        exit_code: None,
-        error: None,
-        host: hostname(),
-        pid: child.id(),
-        slurm_task: slurm_task(),
-        seconds: None,
-    };
-    write_state(&paths, &state)?;
-    Ok(Outcome::Started(Box::new(Started {
-        run: run.clone(),
-        paths,
-        verb,
-        child,
-        _lock: lock,
-        state,
-        t0: std::time::Instant::now(),
-        interrupted: false,
-    })))
+    Ok((cmd, verb))
 }
 
 impl Started {
