@@ -433,3 +433,26 @@ fn issue32_report_on_a_file_or_device_is_bad_input() {
         "my plots"
     );
 }
+
+/// `engram list` (plain and `--json`) prints exactly what `report::registry_text` renders, the
+/// one function that also writes the book's reference page: the two cannot drift apart.
+#[test]
+fn engram_list_is_the_registry_text() {
+    use engram::report::{RegistryFormat, registry_text};
+    let registry = engram::registry();
+    for (args, format) in [
+        (&["list"][..], RegistryFormat::List),
+        (&["list", "--json"][..], RegistryFormat::Json),
+    ] {
+        let o = engram().args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            registry_text(&registry, format),
+            "{args:?}"
+        );
+    }
+    let page = registry_text(&registry, RegistryFormat::Markdown);
+    assert_eq!(page, report::reference_markdown(&registry));
+    assert!(page.starts_with("# Reference: strategies, models and datasets\n"));
+}
