@@ -112,21 +112,7 @@ pub(super) fn build_report(
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default(),
         joint: c.train.joint,
-        tasks: stream
-            .tasks
-            .iter()
-            .map(|t| TaskSummary {
-                index: t.index,
-                classes: t.classes.clone(),
-                class_names: t
-                    .classes
-                    .iter()
-                    .map(|&c| stream.dataset.class_names[c].clone())
-                    .collect(),
-                train_samples: t.train.len(),
-                eval_samples: stream.eval_rows(t.index).0.len(),
-            })
-            .collect(),
+        tasks: task_summaries(stream),
         accuracy_matrix: pr.results.matrix.clone(),
         initial_accuracy: pr.results.baseline.clone(),
         random_init_accuracy: pr
@@ -155,4 +141,24 @@ pub(super) fn build_report(
             .map(|s| s.to_string())
             .collect(),
     }
+}
+
+/// Each task of `stream` as the report lists it: its classes (and their names), its training
+/// and evaluation samples.
+fn task_summaries(stream: &Stream) -> Vec<TaskSummary> {
+    stream
+        .tasks
+        .iter()
+        .map(|t| TaskSummary {
+            index: t.index,
+            classes: t.classes.clone(),
+            class_names: t
+                .classes
+                .iter()
+                .map(|&c| stream.dataset.class_names[c].clone())
+                .collect(),
+            train_samples: t.train.len(),
+            eval_samples: stream.eval_rows(t.index).0.len(),
+        })
+        .collect()
 }
