@@ -73,13 +73,14 @@ pub fn render_dir(dir: &Path, out: Option<&Path>) -> Result<Vec<PathBuf>> {
     render(&run.report, &run.steps, &out)
 }
 
-/// Creates the figures' directory `out` (and its parents). A path on the way that exists and
+/// Creates the figures' directory `out` (and its parents), for `engram report`, `engram
+/// compare --plots` and `engram sweep report`. A path on the way that exists and
 /// is not a directory (a user's file named `plots`, a device) is bad input, refused by name
 /// before anything is written.
 ///
 /// # Errors
 /// [`Error::ConfigFile`] naming that path; [`Error::Io`] when the directory cannot be created.
-fn make_plots_dir(out: &Path) -> Result<()> {
+pub fn make_plots_dir(out: &Path) -> Result<()> {
     for p in out.ancestors().filter(|p| !p.as_os_str().is_empty()) {
         match std::fs::metadata(p) {
             Ok(meta) if meta.is_dir() => break,

@@ -120,7 +120,8 @@ fn stat_json(s: &Option<Stat>) -> serde_json::Value {
 /// `<metric>_mean`, `<metric>_std` columns.
 ///
 /// # Errors
-/// As [`cells`]; [`Error::Io`] when a file cannot be written.
+/// As [`cells`]; [`Error::ConfigFile`] when `DIR/plots` is a file ([`crate::report::make_plots_dir`]);
+/// [`Error::Io`] when a file cannot be written.
 pub fn report(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
     let (m, cells, runs) = cells(dir)?;
     let bytes = serde_json::to_vec_pretty(&sweep_json(&m, &cells, runs))
@@ -132,7 +133,7 @@ pub fn report(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
 
     let rows: Vec<RunRow> = cells.iter().map(|c| c.row.clone()).collect();
     let plots = dir.join("plots");
-    std::fs::create_dir_all(&plots).map_err(|e| Error::io(&plots, e))?;
+    crate::report::make_plots_dir(&plots)?;
     let mut files = vec![json_path, csv_path];
     files.extend(crate::report::render_rows(&rows, &plots)?);
 
