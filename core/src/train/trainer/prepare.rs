@@ -204,3 +204,38 @@ pub fn build_optimizer(cfg: &LoadedConfig) -> ModuleOptimizer {
             .init(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::mlp::{ActivationKind, build_mlp};
+
+    /// `load_init`'s error points at the key the model's loader names in its error
+    /// ([`crate::model::init::InitError::key`]): `init_remap` for a pattern that is not a
+    /// regular expression, `init` for a file that is not safetensors.
+    #[test]
+    fn init_errors_point_at_the_key_they_are_about() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("w.safetensors"), b"not safetensors").unwrap();
+        let line_of = |remap: &str| {
+            let text = format!(
+                "[data]\ndataset = \"fashion-mnist\"\n[model]\ntype = \"mlp\"\ninit = \"w.safetensors\"\n{remap}"
+            );
+            let cfg = LoadedConfig::from_source(&d.path().join("x.toml"), text).unwrap();
+            let ad = Device::flex();
+            let mut r = rng::stream(0, "init", 0, 0);
+            let model = build_mlp(3, &[2], 2, ActivationKind::Relu, 0.0, &mut r, &ad);
+            match load_init(&cfg, model) {
+                Err(Error::Config { line, message, .. }) => (line, message),
+                Err(other) => panic!("want a config error, got {other}"),
+                Ok(_) => panic!("want a config error, got a model"),
+            }
+        };
+        let (line, message) = line_of("init_remap = [[\"(\", \"x\"]]\n");
+        assert_eq!(line, 6, "{message}");
+        assert!(message.contains("is not a regular expression"), "{message}");
+        let (line, message) = line_of("");
+        assert_eq!(line, 5, "{message}");
+        assert!(message.contains("not a safetensors file"), "{message}");
+    }
+}
