@@ -40,7 +40,7 @@ pub use compare::{
 pub use load::{RunFiles, load_report, load_run, parse_steps_csv};
 pub use plot::{
     COMPARE_FIGURE, FIGURE_SIZE, FIGURES, MAX_BARS, MAX_CURVES, MAX_LABELS, MAX_MATRIX_CELLS,
-    make_plots_dir, render, render_dir, render_rows,
+    render, render_dir, render_rows,
 };
 pub use reference::{RegistryFormat, reference_markdown, registry_text};
 

@@ -64,39 +64,25 @@ pub const MAX_LABELS: usize = 20;
 /// The paths written, PNG then SVG for each figure.
 ///
 /// # Errors
-/// As [`load_run`] and [`render`]; [`Error::ConfigFile`] naming `out` (or a parent of it)
-/// when it exists and is not a directory; [`Error::Io`] when `out` cannot be created.
+/// As [`load_run`] and [`render`]; [`Error::Usage`] naming `out` when it (or a parent of it)
+/// exists and is not a directory, or is a dangling link ([`crate::outpath::check_dir`]);
+/// [`Error::Io`] when `out` cannot be created.
 pub fn render_dir(dir: &Path, out: Option<&Path>) -> Result<Vec<PathBuf>> {
     let run = load_run(dir)?;
-    let out = out.map_or_else(|| dir.join("plots"), Path::to_path_buf);
-    make_plots_dir(&out)?;
-    render(&run.report, &run.steps, &out)
-}
-
-/// Creates the figures' directory `out` (and its parents), for `engram report`, `engram
-/// compare --plots` and `engram sweep report`. A path on the way that exists and
-/// is not a directory (a user's file named `plots`, a device) is bad input, refused by name
-/// before anything is written.
-///
-/// # Errors
-/// [`Error::ConfigFile`] naming that path; [`Error::Io`] when the directory cannot be created.
-pub fn make_plots_dir(out: &Path) -> Result<()> {
-    for p in out.ancestors().filter(|p| !p.as_os_str().is_empty()) {
-        match std::fs::metadata(p) {
-            Ok(meta) if meta.is_dir() => break,
-            Ok(_) => {
-                return Err(Error::ConfigFile {
-                    file: p.to_path_buf(),
-                    message: "is not a directory: the figures go into a directory, and engram \
-                              does not replace a file of yours with one"
-                        .into(),
-                    hint: Some("move the file away, or give --out DIR".into()),
-                });
-            }
-            Err(_) => {}
+    // One rule for every path engram writes (`crate::outpath`): a file, a dangling link or a
+    // path under a file where the directory should be is refused by name, nothing written.
+    let out = match out {
+        Some(o) => {
+            crate::outpath::ensure_dir(o, "--out")?;
+            o.to_path_buf()
         }
-    }
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))
+        None => {
+            let plots = dir.join("plots");
+            crate::outpath::ensure_dir(&plots, "the figures' directory")?;
+            plots
+        }
+    };
+    render(&run.report, &run.steps, &out)
 }
 
 /// Renders the figures of `report` and `steps` into the existing directory `out`.

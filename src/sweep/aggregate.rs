@@ -120,7 +120,7 @@ fn stat_json(s: &Option<Stat>) -> serde_json::Value {
 /// `<metric>_mean`, `<metric>_std` columns.
 ///
 /// # Errors
-/// As [`cells`]; [`Error::ConfigFile`] when `DIR/plots` is a file ([`crate::report::make_plots_dir`]);
+/// As [`cells`]; [`Error::Usage`] when `DIR/plots` is a file ([`crate::outpath::ensure_dir`]);
 /// [`Error::Io`] when a file cannot be written.
 pub fn report(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
     let (m, cells, runs) = cells(dir)?;
@@ -133,7 +133,7 @@ pub fn report(dir: &Path) -> Result<(String, Vec<PathBuf>)> {
 
     let rows: Vec<RunRow> = cells.iter().map(|c| c.row.clone()).collect();
     let plots = dir.join("plots");
-    crate::report::make_plots_dir(&plots)?;
+    crate::outpath::ensure_dir(&plots, "the sweep's figures' directory")?;
     let mut files = vec![json_path, csv_path];
     files.extend(crate::report::render_rows(&rows, &plots)?);
 

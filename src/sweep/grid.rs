@@ -403,26 +403,15 @@ impl Manifest {
     /// seeds or values), and then writes the new grid.
     ///
     /// # Errors
-    /// [`Error::ConfigFile`] when `dir` is empty (`--out ""`), is a file, holds other files and no grid manifest (it is
-    /// not a sweep's: nothing in it is touched), or holds a sweep that defines a run of the
+    /// [`Error::Usage`] when `dir` is empty (`--out ""`), a file, a dangling link or under a
+    /// file ([`crate::outpath::check_dir`]); [`Error::ConfigFile`] when it holds other files and
+    /// no grid manifest (it is not a sweep's: nothing in it is touched), or holds a sweep that defines a run of the
     /// same name differently; [`Error::Io`] when it cannot be written.
     pub fn install(&self, dir: &Path, sweep_source: &str) -> Result<()> {
-        if dir.as_os_str().is_empty() {
-            // `--out ""`: every path below would be relative to the current directory, whose
-            // files (a sweep.toml, a sweep.csv of the user's) would be overwritten.
-            return Err(Error::ConfigFile {
-                file: dir.to_path_buf(),
-                message: "an empty --out names no directory (the sweep would write into the current directory)".into(),
-                hint: Some("give --out DIR, a new or empty directory".into()),
-            });
-        }
-        if dir.exists() && !dir.is_dir() {
-            return Err(Error::ConfigFile {
-                file: dir.to_path_buf(),
-                message: "is a file, not a directory".into(),
-                hint: Some("choose another --out".into()),
-            });
-        }
+        // The one rule for user-named paths (`crate::outpath`): an empty path (which would
+        // put the sweep's files into the current directory over the user's own), a file, a
+        // dangling link or a path under a file is refused by name before anything is written.
+        crate::outpath::check_dir(dir, "--out")?;
         if dir.join(MANIFEST).is_file() {
             self.check_compatible(&Self::read(dir)?, dir)?;
         } else if let Ok(mut rd) = std::fs::read_dir(dir)

@@ -423,7 +423,7 @@ fn issue32_report_on_a_file_or_device_is_bad_input() {
     assert_eq!(code, 2, "{out}");
     assert!(
         out.contains(&format!(
-            "{}: is not a directory",
+            "the figures' directory {}: is a file, not a directory",
             r.join("plots").display()
         )),
         "{out}"

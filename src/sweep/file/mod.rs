@@ -545,10 +545,7 @@ mod tests {
             .manifest(&[])
             .install(Path::new(""), &s.source)
             .unwrap_err();
-        assert!(
-            e.to_string().contains("an empty --out names no directory"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("--out: an empty path"), "{e}");
         assert_eq!(e.exit_code(), 2);
     }
 
