@@ -170,7 +170,9 @@ pub trait ModelComponent: Component {}
 /// engram_core::component!(format "csv", "train.csv and test.csv", CsvParams, read, write);
 /// ```
 /// The first form names the constant `REGISTRATION`; `$build` is the kind's factory
-/// ([`Factory`]), a format's being its reader and writer. (The older form
+/// ([`Factory`]), a format's being its reader and writer. `…, build, with defaults)` lists
+/// the keys' defaults from the function `defaults` instead of `Params::default()` (where the
+/// effective default of an unset key is worth showing). (The older form
 /// `component!(Params, forgetting "name")` implements [`Component`] alone.)
 #[macro_export]
 macro_rules! component {
@@ -203,6 +205,23 @@ macro_rules! component {
         #[doc = concat!("The registration of the ", stringify!($kind), " `", $name, "`: ", $summary, ".")]
         pub const $reg: $crate::component::Registration =
             $crate::registration!($kind $name, $summary, $params, $($build),+);
+    };
+    (pub const $reg:ident = $kind:ident $name:literal, $summary:literal, $params:ty, $build:path, with $defaults:path) => {
+        impl $crate::component::Component for $params {
+            const KIND: $crate::component::Kind = $crate::component!(@kind $kind);
+            const NAME: &'static str = $name;
+        }
+        $crate::component!(@marker $kind $params);
+        #[doc = concat!("The registration of the ", stringify!($kind), " `", $name, "`: ", $summary, ".")]
+        pub const $reg: $crate::component::Registration = $crate::component::Registration {
+            name: $name,
+            summary: $summary,
+            defaults: $defaults,
+            factory: $crate::registration!(@factory $kind $build),
+        };
+    };
+    ($kind:ident $name:literal, $summary:literal, $params:ty, $build:path, with $defaults:path) => {
+        $crate::component!(pub const REGISTRATION = $kind $name, $summary, $params, $build, with $defaults);
     };
     ($kind:ident $name:literal, $summary:literal, $params:ty, $($build:path),+ $(,)?) => {
         $crate::component!(pub const REGISTRATION = $kind $name, $summary, $params, $($build),+);
@@ -260,6 +279,11 @@ macro_rules! registration {
             }),
         }
     };
+    (@factory forgetting $build:path) => { $crate::component::Factory::Forgetting($build) };
+    (@factory memory $build:path) => { $crate::component::Factory::Memory($build) };
+    (@factory scheduler $build:path) => { $crate::component::Factory::Scheduler($build) };
+    (@factory model $build:path) => { $crate::component::Factory::Model($build) };
+    (@factory dataset $build:path) => { $crate::component::Factory::Dataset($build) };
     (@ $variant:ident $name:literal, $summary:literal, $params:ty, $build:path) => {
         $crate::component::Registration {
             name: $name,

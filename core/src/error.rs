@@ -70,6 +70,15 @@ pub enum PluginError {
         /// The loader's message.
         reason: String,
     },
+    /// The trial load in a child process ([`crate::plugin::set_probe`]) crashed: the library
+    /// was not opened in this process.
+    #[error("plugin {}: crashed while loading in a trial process ({how}); it was not loaded\n  hint: the library is damaged or was not built for this engram: rebuild it with `cargo build --release --workspace`", path.display())]
+    Crashed {
+        /// The library.
+        path: PathBuf,
+        /// How the trial ended: the signal, the exit status or the timeout, and what it wrote.
+        how: String,
+    },
     /// The plugin's register function returned an error or panicked.
     #[error("plugin {}: registration failed: {message}", path.display())]
     RegisterFailed {
@@ -126,6 +135,7 @@ impl PluginError {
             | PluginError::AbiMismatch { path, .. }
             | PluginError::BuildIdMismatch { path, .. }
             | PluginError::LoadFailed { path, .. }
+            | PluginError::Crashed { path, .. }
             | PluginError::RegisterFailed { path, .. }
             | PluginError::Duplicate { path, .. }
             | PluginError::Panicked { path, .. }
@@ -179,7 +189,7 @@ pub enum IdxError {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A configuration error at a known position in a file.
-    #[error("{file}:{line}:{column}: {message}{}", hint_suffix(hint))]
+    #[error("{file}:{line}:{column}: {}{}", tidy(message), hint_suffix(hint))]
     Config {
         /// The config file.
         file: PathBuf,
@@ -193,7 +203,7 @@ pub enum Error {
         hint: Option<String>,
     },
     /// A configuration error without a position (for example a whole file that is not UTF-8).
-    #[error("{file}: {message}{}", hint_suffix(hint))]
+    #[error("{file}: {}{}", tidy(message), hint_suffix(hint))]
     ConfigFile {
         /// The config file.
         file: PathBuf,
@@ -223,7 +233,7 @@ pub enum Error {
     },
     /// A data file of a `[data] format` (NPY, CSV, an image, `dataset.toml`) is malformed or
     /// does not fit the others.
-    #[error("{}: {format}: {reason}", path.display())]
+    #[error("{}: {format}: {}", path.display(), tidy(reason))]
     DataFile {
         /// The file (or directory).
         path: PathBuf,
@@ -233,14 +243,14 @@ pub enum Error {
         reason: String,
     },
     /// Bad command-line arguments that clap cannot check (for example `--batch 0`).
-    #[error("{0}")]
+    #[error("{}", tidy(.0))]
     Usage(String),
     /// No plan of the `budget` memory strategy fits its budget (the message names the smallest
     /// footprint found and its plan).
     #[error("memory budget: {0}")]
     MemoryBudget(String),
     /// Bad data settings (for example more tasks than classes).
-    #[error("data: {0}")]
+    #[error("data: {}", tidy(.0))]
     Data(String),
     /// The requested device is not built in or not present.
     #[error("device `{device}`: {message}")]
@@ -263,7 +273,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A strategy failed during training.
-    #[error("strategy `{strategy}`: {message}")]
+    #[error("strategy `{strategy}`: {}", tidy(message))]
     Strategy {
         /// The strategy's registered name.
         strategy: String,
@@ -302,9 +312,66 @@ pub enum Error {
 
 fn hint_suffix(hint: &Option<String>) -> String {
     match hint {
-        Some(h) => format!("\n  hint: {h}"),
+        Some(h) => format!("\n  hint: {}", tidy(h)),
         None => String::new(),
     }
+}
+
+/// The most characters of a quoted value (`"…"` or `` `…` ``) a message echoes; a longer one is
+/// cut, with its length said.
+pub const MAX_ECHO: usize = 80;
+
+/// A message made fit to print: a number written with more than 24 digits (`1e308` printed by
+/// `{}` is 309) in scientific notation (`1e308`), and a quoted value longer than [`MAX_ECHO`]
+/// characters cut to its start, with its length (`"aaaa…" (100000 characters)`).
+pub fn tidy(message: &str) -> String {
+    let chars: Vec<char> = message.chars().collect();
+    let mut out = String::with_capacity(message.len().min(4096));
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_ascii_digit() && (i == 0 || !chars[i - 1].is_ascii_alphanumeric()) {
+            let mut j = i;
+            let mut point = false;
+            while j < chars.len()
+                && (chars[j].is_ascii_digit()
+                    || (chars[j] == '.'
+                        && !point
+                        && chars.get(j + 1).is_some_and(char::is_ascii_digit)))
+            {
+                point |= chars[j] == '.';
+                j += 1;
+            }
+            let run: String = chars[i..j].iter().collect();
+            let digits = run.chars().filter(char::is_ascii_digit).count();
+            match run.parse::<f64>() {
+                Ok(v) if digits > 24 && (j == chars.len() || !chars[j].is_ascii_alphanumeric()) => {
+                    out.push_str(&format!("{v:e}"));
+                }
+                _ => out.push_str(&run),
+            }
+            i = j;
+        } else if (c == '"' || c == '`')
+            && let Some(k) = chars[i + 1..].iter().position(|&d| d == c)
+        {
+            // A quoted value, kept as written (its numbers too) unless it is long.
+            let end = i + 1 + k;
+            if k > MAX_ECHO {
+                out.push(c);
+                out.extend(&chars[i + 1..i + 1 + MAX_ECHO]);
+                out.push('…');
+                out.push(c);
+                out.push_str(&format!(" ({k} characters)"));
+            } else {
+                out.extend(&chars[i..=end]);
+            }
+            i = end + 1;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
 }
 
 impl Error {
@@ -358,5 +425,48 @@ impl Error {
             path: path.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tidy_tests {
+    use super::tidy;
+
+    #[test]
+    fn issue32_huge_numbers_and_long_quoted_values_are_shortened() {
+        let big = format!("ratio {} must be in [0, 10]", 1e308);
+        assert_eq!(tidy(&big), "ratio 1e308 must be in [0, 10]");
+        let tiny = format!("value {} is too small", 1e-300);
+        assert_eq!(tidy(&tiny), "value 1e-300 is too small");
+        // Ordinary numbers, integers up to u64 and digits inside words stay as they are.
+        for keep in [
+            "label 18446744073709551615 of sample 3",
+            "lr 0.05, 1e308 as written",
+            "sha ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            "line 12, column 3",
+        ] {
+            assert_eq!(tidy(keep), keep);
+        }
+        let long = format!("unknown variant `{}`, expected `relu`", "a".repeat(100_000));
+        let t = tidy(&long);
+        assert!(t.len() < 200, "{t}");
+        assert!(
+            t.starts_with(&format!(
+                "unknown variant `{}…` (100000 characters)",
+                "a".repeat(80)
+            )),
+            "{t}"
+        );
+        assert!(t.ends_with(", expected `relu`"), "{t}");
+        let quoted = format!("path \"{}\"", "x".repeat(90));
+        assert_eq!(
+            tidy(&quoted),
+            format!("path \"{}…\" (90 characters)", "x".repeat(80))
+        );
+        // Quotes inside a short quoted value, and a quote without its pair, are left alone.
+        let nested = format!("add `type = \"…\"` to the file, then {}", "y".repeat(100));
+        assert_eq!(tidy(&nested), nested);
+        let lone = format!("it\"s {}", "z".repeat(100));
+        assert_eq!(tidy(&lone), lone);
     }
 }

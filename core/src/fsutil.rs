@@ -52,7 +52,21 @@ pub const MAX_DATA_BYTES: u64 = 64 << 30;
 /// [`std::io::ErrorKind::FileTooLarge`] when it is larger than `limit`.
 pub fn check_regular(path: &Path, limit: u64) -> std::io::Result<u64> {
     use std::io::{Error as IoError, ErrorKind};
-    let meta = std::fs::metadata(path)?;
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        // A symbolic link that leads nowhere (dangling, or a loop such as `me.png -> me.png`)
+        // is there but names no file: bad input, not a failure of the disk.
+        Err(e) if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) => {
+            return Err(IoError::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "not a regular file: a symbolic link that leads to no file (dangling, or a \
+                     loop): {e}"
+                ),
+            ));
+        }
+        Err(e) => return Err(e),
+    };
     if !meta.is_file() {
         return Err(IoError::new(
             ErrorKind::InvalidInput,
@@ -70,6 +84,26 @@ fn too_large(n: u64, limit: u64) -> std::io::Error {
         std::io::ErrorKind::FileTooLarge,
         format!("{n} bytes, over the {limit}-byte limit for this kind of file"),
     )
+}
+
+/// Opens `path` for reading after [`check_regular`]: a device, a FIFO (whose opening would wait
+/// for a writer), a directory, a symbolic link that leads nowhere and a file over `limit` bytes
+/// are refused before it is opened. For readers that stream a file instead of reading it
+/// whole.
+///
+/// # Errors
+/// As [`check_regular`], and the OS error of the open.
+pub fn open_bounded(path: &Path, limit: u64) -> std::io::Result<std::fs::File> {
+    check_regular(path, limit)?;
+    std::fs::File::open(path)
+}
+
+/// Whether something is at `path`, a symbolic link that leads nowhere included (which
+/// [`Path::exists`] calls absent): for readers that look for a file by name, so that what is
+/// there but is not a readable file is refused by name ([`check_regular`]) instead of being
+/// reported missing.
+pub fn is_present(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
 }
 
 /// Reads `path` whole, bounded by `limit` bytes ([`check_regular`] first; a file that grows
@@ -145,6 +179,30 @@ mod tests {
             read_text(&f).unwrap_err().kind(),
             std::io::ErrorKind::InvalidData
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symbolic_links_to_nothing_and_fifos_are_not_regular_files() {
+        let d = tempfile::tempdir().unwrap();
+        let me = d.path().join("me.png");
+        std::os::unix::fs::symlink(&me, &me).unwrap();
+        let dangling = d.path().join("dangling.png");
+        std::os::unix::fs::symlink(d.path().join("absent"), &dangling).unwrap();
+        for p in [&me, &dangling] {
+            assert!(is_present(p) && !p.exists());
+            let e = read_bounded(p, 1 << 20).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+            assert!(e.to_string().starts_with("not a regular file"), "{e}");
+        }
+        let fifo = d.path().join("x.png");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            // Refused before it is opened: opening a FIFO would wait for a writer.
+            let e = open_bounded(&fifo, 1 << 20).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        }
+        assert!(!is_present(&d.path().join("absent")));
     }
 
     #[test]

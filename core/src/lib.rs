@@ -20,9 +20,10 @@
 //! model/    mod (Model, ModelContext) · activation · block · params · bridge · init
 //!           · mlp · cnn · vit             an object-safe model of blocks that is a Burn module
 //! strategy/ mod (the three traits, their contexts, BuildContext) · standard (the plain step)
-//! component Kind, Factory, Registration, the declaring macros
+//! component Kind, Factory, Registration, `component!` (a built-in's one declaration)
 //! plugin    the ABI declaration, the loader's checks, Guarded (panics contained)
-//! registry  Registry: built-in lists and plugins' registrations, lookups with positions
+//! registry  Registry: built-in lists and plugins' registrations, lookups with positions;
+//!           registry/data: reading `[data]` (a format or dataset, `[data.options]`, transforms)
 //! train/    manifest (run.json) · checkpoint · memory · metrics · report
 //!           trainer/ prepare · step · evaluate · mod (the loop) · resume · rundir · export
 //! ```

@@ -11,6 +11,7 @@
 
 use engram_core::Result;
 use engram_core::burn::tensor::Tensor;
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::Batch;
 use engram_core::model::unflatten_grads;
@@ -71,7 +72,7 @@ fn rows(batch: &Batch, range: std::ops::Range<usize>, scale: f32) -> Batch {
 
 impl MemoryStrategy for Accumulate {
     fn name(&self) -> &str {
-        "accumulate"
+        AccumulateParams::NAME
     }
     fn layer(&self) -> MemoryLayer {
         MemoryLayer::Accumulation
@@ -142,9 +143,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
     Ok(Box::new(Accumulate::new(p.steps)))
 }
 
-/// The registration of `accumulate`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "accumulate", "gradient accumulation: run a batch as micro-batches and sum their gradients", AccumulateParams, build);
-engram_core::component!(AccumulateParams, memory "accumulate");
+engram_core::component!(memory "accumulate", "gradient accumulation: run a batch as micro-batches and sum their gradients", AccumulateParams, build);
 
 #[cfg(test)]
 mod tests {

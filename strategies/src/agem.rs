@@ -24,6 +24,7 @@
 //! fine-tuning, and 0.555 with plain SGD. Use `momentum = 0` with it.
 
 use engram_core::burn::optim::GradientsParams;
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Part, SampleRef};
 use engram_core::model::{Activation, Model, unflatten_grads};
@@ -69,10 +70,16 @@ impl Agem {
     /// [`engram_core::Error::Config`] (positioned at the key, when `src` is given) for a
     /// capacity or memory batch of 0.
     pub fn new(p: AgemParams, src: Option<&ParamSource>) -> Result<Self> {
-        reservoir::require(src, "agem", p.capacity >= 1, "capacity", "must be ≥ 1")?;
         reservoir::require(
             src,
-            "agem",
+            AgemParams::NAME,
+            p.capacity >= 1,
+            "capacity",
+            "must be ≥ 1",
+        )?;
+        reservoir::require(
+            src,
+            AgemParams::NAME,
             p.memory_batch >= 1,
             "memory_batch",
             "must be ≥ 1",
@@ -132,7 +139,7 @@ pub fn project(
 
 impl ForgettingStrategy for Agem {
     fn name(&self) -> &str {
-        "agem"
+        AgemParams::NAME
     }
 
     fn adjust_gradients(
@@ -208,7 +215,7 @@ impl ForgettingStrategy for Agem {
         state: StrategyState,
         _device: &engram_core::burn::tensor::Device,
     ) -> Result<()> {
-        self.memory = Reservoir::from_state("agem", &state)?;
+        self.memory = Reservoir::from_state(AgemParams::NAME, &state)?;
         self.projected = (
             state.meta["projected_steps"].as_u64().unwrap_or(0),
             state.meta["reference_steps"].as_u64().unwrap_or(0),
@@ -222,9 +229,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     Ok(Box::new(Agem::new(p, Some(src))?))
 }
 
-/// The registration of `agem`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "agem", "A-GEM (Chaudhry et al. 2019): the step's gradient projected so that the loss on a past-task memory batch does not rise", AgemParams, build);
-engram_core::component!(AgemParams, forgetting "agem");
+engram_core::component!(forgetting "agem", "A-GEM (Chaudhry et al. 2019): the step's gradient projected so that the loss on a past-task memory batch does not rise", AgemParams, build);
 
 #[cfg(test)]
 mod tests {

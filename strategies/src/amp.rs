@@ -23,6 +23,7 @@
 
 use engram_core::burn::optim::GradientsParams;
 use engram_core::burn::tensor::{DType, Tensor};
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::model::unflatten_grads;
 use engram_core::registry::BuildContext;
@@ -142,7 +143,7 @@ impl Amp {
 
 impl MemoryStrategy for Amp {
     fn name(&self) -> &str {
-        "amp"
+        AmpParams::NAME
     }
 
     fn layer(&self) -> MemoryLayer {
@@ -174,7 +175,7 @@ impl MemoryStrategy for Amp {
         let skipped = self.scaler.update(finite);
         if !finite && !self.scaler.p.loss_scaling {
             return Err(Error::Strategy {
-                strategy: "amp".into(),
+                strategy: AmpParams::NAME.into(),
                 message: format!(
                     "non-finite gradients in {:?} without loss scaling (set loss_scaling = true, or use bf16)",
                     self.dtype
@@ -211,7 +212,7 @@ impl MemoryStrategy for Amp {
 
     fn load_state(&mut self, state: StrategyState) -> Result<()> {
         let bad = || Error::Strategy {
-            strategy: "amp".into(),
+            strategy: AmpParams::NAME.into(),
             message: "saved state is incomplete".into(),
         };
         self.scaler.scale = state.meta["scale"].as_f64().ok_or_else(bad)?;
@@ -252,9 +253,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
     Ok(Box::new(Amp::new(p)))
 }
 
-/// The registration of `amp`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "amp", "mixed precision (f16/bf16 compute, f32 master weights) with dynamic loss scaling", AmpParams, build);
-engram_core::component!(AmpParams, memory "amp");
+engram_core::component!(memory "amp", "mixed precision (f16/bf16 compute, f32 master weights) with dynamic loss scaling", AmpParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -30,6 +30,7 @@
 use crate::accumulate::Accumulate;
 use crate::checkpoint::Checkpoint;
 use crate::standard::Standard;
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{
@@ -177,7 +178,7 @@ fn peak_above(before: u64) -> u64 {
 
 impl MemoryStrategy for Budget {
     fn name(&self) -> &str {
-        "budget"
+        BudgetParams::NAME
     }
 
     fn layer(&self) -> MemoryLayer {
@@ -275,9 +276,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
     Ok(Box::new(Budget::new(bytes)))
 }
 
-/// The registration of `budget`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "budget", "fit a step into a memory budget: choose the checkpoint interval and micro-batch size by probe steps", BudgetParams, build);
-engram_core::component!(BudgetParams, memory "budget");
+engram_core::component!(memory "budget", "fit a step into a memory budget: choose the checkpoint interval and micro-batch size by probe steps", BudgetParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -28,6 +28,7 @@ use crate::standard::to_dtype;
 use engram_core::burn::module::{Module, ParamId};
 use engram_core::burn::optim::GradientsParams;
 use engram_core::burn::tensor::{DType, Tensor};
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::model::{Activation, Model, unflatten_grads};
 use engram_core::registry::BuildContext;
@@ -144,7 +145,7 @@ pub fn checkpointed_step(
     let logits = to_dtype(logits, Some(DType::F32));
     let (loss, ce) = req.loss.loss(model, logits, &req.batch);
     let (value, sample_losses, scaled) =
-        crate::standard::read_loss(loss, ce, req.loss_scale, "checkpoint")?;
+        crate::standard::read_loss(loss, ce, req.loss_scale, CheckpointParams::NAME)?;
     let grads = scaled.backward();
     let mut upstream = if last > 0 { xin.grad(&grads) } else { None };
     let mut acc = HashMap::new();
@@ -152,7 +153,7 @@ pub fn checkpointed_step(
     // Earlier segments in reverse: recompute with a graph, backpropagate the upstream gradient.
     for s in (0..last).rev() {
         let g = upstream.take().ok_or_else(|| Error::Strategy {
-            strategy: "checkpoint".into(),
+            strategy: CheckpointParams::NAME.into(),
             message: format!("segment {} produced no input gradient", s + 1),
         })?;
         let xin = inputs.pop().expect("one input per segment").require_grad();
@@ -181,7 +182,7 @@ pub fn checkpointed_step(
 
 impl MemoryStrategy for Checkpoint {
     fn name(&self) -> &str {
-        "checkpoint"
+        CheckpointParams::NAME
     }
     fn layer(&self) -> MemoryLayer {
         MemoryLayer::Execution
@@ -203,9 +204,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
     }))
 }
 
-/// The registration of `checkpoint`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(memory "checkpoint", "hybrid (segment) gradient checkpointing: keep segment inputs, recompute in backward", CheckpointParams, build);
-engram_core::component!(CheckpointParams, memory "checkpoint");
+engram_core::component!(memory "checkpoint", "hybrid (segment) gradient checkpointing: keep segment inputs, recompute in backward", CheckpointParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,7 @@
 //! after every task, never intervene. The default scheduler.
 
 use engram_core::Result;
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::registry::BuildContext;
 use engram_core::strategy::Scheduler;
@@ -18,7 +19,7 @@ pub struct Constant;
 
 impl Scheduler for Constant {
     fn name(&self) -> &str {
-        "constant"
+        ConstantParams::NAME
     }
 }
 
@@ -27,6 +28,4 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>> {
     Ok(Box::new(Constant))
 }
 
-/// The registration of `constant`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(scheduler "constant", "constant learning rate and strengths; evaluate every task after every task", ConstantParams, build);
-engram_core::component!(ConstantParams, scheduler "constant");
+engram_core::component!(scheduler "constant", "constant learning rate and strengths; evaluate every task after every task", ConstantParams, build);

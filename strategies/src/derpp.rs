@@ -23,6 +23,7 @@
 
 use engram_core::burn::module::Module as _;
 use engram_core::burn::tensor::{Tensor, TensorData};
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, Part, SampleRef};
 use engram_core::model::Activation;
@@ -75,10 +76,28 @@ impl Derpp {
     /// [`engram_core::Error::Config`] (positioned at the key, when `src` is given) for a
     /// capacity of 0, a negative `alpha` or `beta`, or a ratio that is not > 0.
     pub fn new(p: DerppParams, src: Option<&ParamSource>) -> Result<Self> {
-        reservoir::require(src, "derpp", p.capacity >= 1, "capacity", "must be ≥ 1")?;
-        reservoir::require(src, "derpp", p.alpha >= 0.0, "alpha", "must be ≥ 0")?;
-        reservoir::require(src, "derpp", p.beta >= 0.0, "beta", "must be ≥ 0")?;
-        reservoir::require(src, "derpp", p.ratio > 0.0, "ratio", "must be > 0")?;
+        reservoir::require(
+            src,
+            DerppParams::NAME,
+            p.capacity >= 1,
+            "capacity",
+            "must be ≥ 1",
+        )?;
+        reservoir::require(
+            src,
+            DerppParams::NAME,
+            p.alpha >= 0.0,
+            "alpha",
+            "must be ≥ 0",
+        )?;
+        reservoir::require(src, DerppParams::NAME, p.beta >= 0.0, "beta", "must be ≥ 0")?;
+        reservoir::require(
+            src,
+            DerppParams::NAME,
+            p.ratio > 0.0,
+            "ratio",
+            "must be > 0",
+        )?;
         Ok(Self {
             memory: Reservoir::new(p.capacity),
             p,
@@ -90,7 +109,7 @@ impl Derpp {
 
 impl ForgettingStrategy for Derpp {
     fn name(&self) -> &str {
-        "derpp"
+        DerppParams::NAME
     }
 
     fn prepare_batch(&mut self, batch: Batch, cx: &BatchContext<'_>) -> Result<Batch> {
@@ -199,7 +218,7 @@ impl ForgettingStrategy for Derpp {
         state: StrategyState,
         _device: &engram_core::burn::tensor::Device,
     ) -> Result<()> {
-        self.memory = Reservoir::from_state("derpp", &state)?;
+        self.memory = Reservoir::from_state(DerppParams::NAME, &state)?;
         self.targets = None;
         Ok(())
     }
@@ -210,9 +229,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     Ok(Box::new(Derpp::new(p, Some(src))?))
 }
 
-/// The registration of `derpp`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "derpp", "DER++ (Buzzega et al. 2020): reservoir replay of labels and of the logits each sample had when stored", DerppParams, build);
-engram_core::component!(DerppParams, forgetting "derpp");
+engram_core::component!(forgetting "derpp", "DER++ (Buzzega et al. 2020): reservoir replay of labels and of the logits each sample had when stored", DerppParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -22,6 +22,7 @@
 //! from the step they appear; a parameter that does not change (a frozen expert) keeps its value.
 
 use engram_core::burn::tensor::{Device, Tensor};
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::model::Model;
 use engram_core::registry::BuildContext;
@@ -113,7 +114,7 @@ impl Ema {
         };
         if let Some(message) = bad {
             return Err(Error::Strategy {
-                strategy: "ema".into(),
+                strategy: EmaParams::NAME.into(),
                 message,
             });
         }
@@ -150,7 +151,7 @@ impl Ema {
 
 impl ForgettingStrategy for Ema {
     fn name(&self) -> &str {
-        "ema"
+        EmaParams::NAME
     }
 
     fn before_task(&mut self, _cx: &mut TaskContext<'_>) -> Result<()> {
@@ -200,7 +201,7 @@ impl ForgettingStrategy for Ema {
         for (key, t) in &state.tensors {
             let Some(path) = key.strip_prefix("average/") else {
                 return Err(Error::Strategy {
-                    strategy: "ema".into(),
+                    strategy: EmaParams::NAME.into(),
                     message: format!("saved state has an unknown tensor `{key}`"),
                 });
             };
@@ -239,9 +240,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
         .map_err(|e| src.key_error(key, e.to_string(), Some(hint.into())))
 }
 
-/// The registration of `ema`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "ema", "weight averaging: each task ends with an exponential moving average of its weights (evaluated, checkpointed, handed to the other strategies)", EmaParams, build);
-engram_core::component!(EmaParams, forgetting "ema");
+engram_core::component!(forgetting "ema", "weight averaging: each task ends with an exponential moving average of its weights (evaluated, checkpointed, handed to the other strategies)", EmaParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -24,6 +24,7 @@
 //! momentum 0.9 it diverged in the first task, and `[train] clip_norm = 1.0` keeps it stable.
 
 use engram_core::burn::tensor::{Tensor, TensorData, activation};
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, Part, SampleRef};
 use engram_core::registry::BuildContext;
@@ -67,8 +68,20 @@ impl ErAce {
     /// [`engram_core::Error::Config`] (positioned at the key, when `src` is given) for a
     /// capacity of 0 or a ratio that is not > 0.
     pub fn new(p: ErAceParams, src: Option<&ParamSource>) -> Result<Self> {
-        reservoir::require(src, "er-ace", p.capacity >= 1, "capacity", "must be ≥ 1")?;
-        reservoir::require(src, "er-ace", p.ratio > 0.0, "ratio", "must be > 0")?;
+        reservoir::require(
+            src,
+            ErAceParams::NAME,
+            p.capacity >= 1,
+            "capacity",
+            "must be ≥ 1",
+        )?;
+        reservoir::require(
+            src,
+            ErAceParams::NAME,
+            p.ratio > 0.0,
+            "ratio",
+            "must be > 0",
+        )?;
         Ok(Self {
             memory: Reservoir::new(p.capacity),
             p,
@@ -109,7 +122,7 @@ pub fn asymmetric_ce(logits: Tensor<2>, y: &[i64], mask: Option<Tensor<2>>) -> T
 
 impl ForgettingStrategy for ErAce {
     fn name(&self) -> &str {
-        "er-ace"
+        ErAceParams::NAME
     }
 
     fn prepare_batch(&mut self, batch: Batch, cx: &BatchContext<'_>) -> Result<Batch> {
@@ -179,7 +192,7 @@ impl ForgettingStrategy for ErAce {
         state: StrategyState,
         _device: &engram_core::burn::tensor::Device,
     ) -> Result<()> {
-        self.memory = Reservoir::from_state("er-ace", &state)?;
+        self.memory = Reservoir::from_state(ErAceParams::NAME, &state)?;
         Ok(())
     }
 }
@@ -189,9 +202,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     Ok(Box::new(ErAce::new(p, Some(src))?))
 }
 
-/// The registration of `er-ace`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "er-ace", "ER-ACE (Caccia et al. 2022): reservoir replay, incoming rows' cross-entropy restricted to their batch's classes", ErAceParams, build);
-engram_core::component!(ErAceParams, forgetting "er-ace");
+engram_core::component!(forgetting "er-ace", "ER-ACE (Caccia et al. 2022): reservoir replay, incoming rows' cross-entropy restricted to their batch's classes", ErAceParams, build);
 
 #[cfg(test)]
 mod tests {

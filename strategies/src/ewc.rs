@@ -57,6 +57,7 @@
 //! loss) pulls harder towards the old solution while its gradients are large.
 
 use engram_core::burn::tensor::{Device, Tensor, activation};
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, SampleRef};
 use engram_core::model::{Activation, Model, ParamInfo};
@@ -211,7 +212,7 @@ impl Ewc {
     /// [`Error::Strategy`] for an invalid group pattern, a negative λ or γ outside `[0, 1]`.
     pub fn new(p: EwcParams) -> Result<Self> {
         let bad = |m: String| Error::Strategy {
-            strategy: "ewc".into(),
+            strategy: EwcParams::NAME.into(),
             message: m,
         };
         if !(p.lambda >= 0.0 && p.lambda.is_finite()) {
@@ -438,7 +439,7 @@ impl Ewc {
 
 impl ForgettingStrategy for Ewc {
     fn name(&self) -> &str {
-        "ewc"
+        EwcParams::NAME
     }
 
     fn before_task(&mut self, _cx: &mut TaskContext<'_>) -> Result<()> {
@@ -556,7 +557,7 @@ impl ForgettingStrategy for Ewc {
 
     fn load_state(&mut self, state: StrategyState, device: &Device) -> Result<()> {
         let bad = || Error::Strategy {
-            strategy: "ewc".into(),
+            strategy: EwcParams::NAME.into(),
             message: "saved state is incomplete".into(),
         };
         let mut anchors = BTreeMap::new();
@@ -626,9 +627,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     Ok(Box::new(Ewc::new(p)?))
 }
 
-/// The registration of `ewc`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "ewc", "Elastic Weight Consolidation: diagonal-Fisher penalty towards past solutions (layered importance, dynamic λ)", EwcParams, build);
-engram_core::component!(EwcParams, forgetting "ewc");
+engram_core::component!(forgetting "ewc", "Elastic Weight Consolidation: diagonal-Fisher penalty towards past solutions (layered importance, dynamic λ)", EwcParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -16,6 +16,7 @@
 
 use engram_core::burn::optim::GradientsParams;
 use engram_core::burn::tensor::Tensor;
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Part, SampleRef};
 use engram_core::model::{Activation, Model};
@@ -103,11 +104,35 @@ impl Gdumb {
     /// [`engram_core::Error::Config`] (positioned at the key, when `src` is given) for a
     /// capacity, epoch count or batch size of 0, or a learning rate that is not > 0.
     pub fn new(p: GdumbParams, src: Option<&ParamSource>) -> Result<Self> {
-        reservoir::require(src, "gdumb", p.capacity >= 1, "capacity", "must be ≥ 1")?;
-        reservoir::require(src, "gdumb", p.epochs >= 1, "epochs", "must be ≥ 1")?;
-        reservoir::require(src, "gdumb", p.batch_size >= 1, "batch_size", "must be ≥ 1")?;
-        reservoir::require(src, "gdumb", p.lr > 0.0, "lr", "must be > 0")?;
-        reservoir::require(src, "gdumb", p.clip_norm > 0.0, "clip_norm", "must be > 0")?;
+        reservoir::require(
+            src,
+            GdumbParams::NAME,
+            p.capacity >= 1,
+            "capacity",
+            "must be ≥ 1",
+        )?;
+        reservoir::require(
+            src,
+            GdumbParams::NAME,
+            p.epochs >= 1,
+            "epochs",
+            "must be ≥ 1",
+        )?;
+        reservoir::require(
+            src,
+            GdumbParams::NAME,
+            p.batch_size >= 1,
+            "batch_size",
+            "must be ≥ 1",
+        )?;
+        reservoir::require(src, GdumbParams::NAME, p.lr > 0.0, "lr", "must be > 0")?;
+        reservoir::require(
+            src,
+            GdumbParams::NAME,
+            p.clip_norm > 0.0,
+            "clip_norm",
+            "must be > 0",
+        )?;
         Ok(Self {
             p,
             memory: Vec::new(),
@@ -156,7 +181,7 @@ impl Gdumb {
 
 impl ForgettingStrategy for Gdumb {
     fn name(&self) -> &str {
-        "gdumb"
+        GdumbParams::NAME
     }
 
     fn before_task(&mut self, cx: &mut TaskContext<'_>) -> Result<()> {
@@ -202,7 +227,7 @@ impl ForgettingStrategy for Gdumb {
     ) -> Result<()> {
         self.memory =
             serde_json::from_value(state.meta["memory"].clone()).map_err(|e| Error::Strategy {
-                strategy: "gdumb".into(),
+                strategy: GdumbParams::NAME.into(),
                 message: format!("saved memory: {e}"),
             })?;
         self.init = state.tensors;
@@ -215,9 +240,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     Ok(Box::new(Gdumb::new(p, Some(src))?))
 }
 
-/// The registration of `gdumb`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "gdumb", "GDumb (Prabhu et al. 2020): a class-balanced memory, and a model trained from its initial weights on that memory alone at each task's end", GdumbParams, build);
-engram_core::component!(GdumbParams, forgetting "gdumb");
+engram_core::component!(forgetting "gdumb", "GDumb (Prabhu et al. 2020): a class-balanced memory, and a model trained from its initial weights on that memory alone at each task's end", GdumbParams, build);
 
 #[cfg(test)]
 mod tests {

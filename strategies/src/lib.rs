@@ -5,7 +5,9 @@
 //!
 //! [`BUILTINS`] lists them, one line each: the registry, `engram list` and the book's
 //! reference page are generated from it. Adding a strategy is a new file (parameters, strategy,
-//! `pub const REGISTRATION`, tests) plus its `mod` line and its line in [`BUILTINS`]; the test
+//! its one declaration `engram_core::component!(kind "name", "summary", Params, build)`, which
+//! gives it its name, keys, builder, `REGISTRATION` and typed-builder marker, and tests) plus
+//! its `mod` line and its line in [`BUILTINS`]; the test
 //! `extension_kinds_take_one_file_and_one_line` (tests/engram/registry.rs) holds every
 //! built-in to that.
 

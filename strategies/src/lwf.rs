@@ -19,6 +19,7 @@
 
 use engram_core::burn::module::Module as _;
 use engram_core::burn::tensor::{Tensor, TensorData, activation};
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, Part, SampleRef};
 use engram_core::model::{Activation, ForwardCtx};
@@ -73,10 +74,16 @@ impl Lwf {
     /// [`engram_core::Error::Config`] (positioned at the key, when `src` is given) for a
     /// `lambda` or `temperature` that is not > 0.
     pub fn new(p: LwfParams, src: Option<&ParamSource>) -> Result<Self> {
-        reservoir::require(src, "lwf", p.lambda > 0.0, "lambda", "must be > 0")?;
         reservoir::require(
             src,
-            "lwf",
+            LwfParams::NAME,
+            p.lambda > 0.0,
+            "lambda",
+            "must be > 0",
+        )?;
+        reservoir::require(
+            src,
+            LwfParams::NAME,
             p.temperature > 0.0,
             "temperature",
             "must be > 0",
@@ -100,7 +107,7 @@ pub fn distillation(z: Tensor<2>, y_o: Tensor<2>, lambda: f64, t: f64) -> Tensor
 
 impl ForgettingStrategy for Lwf {
     fn name(&self) -> &str {
-        "lwf"
+        LwfParams::NAME
     }
 
     fn before_task(&mut self, cx: &mut TaskContext<'_>) -> Result<()> {
@@ -129,7 +136,7 @@ impl ForgettingStrategy for Lwf {
                     .into_data()
                     .try_to_vec::<f32>()
                     .map_err(|e| Error::Strategy {
-                        strategy: "lwf".into(),
+                        strategy: LwfParams::NAME.into(),
                         message: format!("reading the recorded logits: {e:?}"),
                     })?,
             );
@@ -192,7 +199,7 @@ impl ForgettingStrategy for Lwf {
         _device: &engram_core::burn::tensor::Device,
     ) -> Result<()> {
         let bad = |m: String| Error::Strategy {
-            strategy: "lwf".into(),
+            strategy: LwfParams::NAME.into(),
             message: format!("saved state: {m}"),
         };
         let old: Vec<usize> = serde_json::from_value(state.meta["old_classes"].clone())
@@ -226,9 +233,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     Ok(Box::new(Lwf::new(p, Some(src))?))
 }
 
-/// The registration of `lwf`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "lwf", "LwF (Li & Hoiem 2016): distillation of the old classes' logits towards the previous model's, on the new task's data", LwfParams, build);
-engram_core::component!(LwfParams, forgetting "lwf");
+engram_core::component!(forgetting "lwf", "LwF (Li & Hoiem 2016): distillation of the old classes' logits towards the previous model's, on the new task's data", LwfParams, build);
 
 #[cfg(test)]
 mod tests {

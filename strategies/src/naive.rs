@@ -2,6 +2,7 @@
 //! bound every continual-learning method is measured against.
 
 use engram_core::Result;
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::registry::BuildContext;
 use engram_core::strategy::ForgettingStrategy;
@@ -18,7 +19,7 @@ pub struct Naive;
 
 impl ForgettingStrategy for Naive {
     fn name(&self) -> &str {
-        "naive"
+        NaiveParams::NAME
     }
 }
 
@@ -27,9 +28,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     Ok(Box::new(Naive))
 }
 
-/// The registration of `naive`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(forgetting "naive", "fine-tune on each task with nothing against forgetting (the lower bound)", NaiveParams, build);
-engram_core::component!(NaiveParams, forgetting "naive");
+engram_core::component!(forgetting "naive", "fine-tune on each task with nothing against forgetting (the lower bound)", NaiveParams, build);
 
 #[cfg(test)]
 mod tests {

@@ -72,7 +72,7 @@ use engram_core::burn::tensor::{Device, Tensor};
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, Part, SampleRef};
 use engram_core::model::Model;
-use engram_core::registry::{BuildContext, Factory, Registration};
+use engram_core::registry::BuildContext;
 use engram_core::strategy::{
     BatchContext, ForgettingStrategy, StepContext, StrategyState, TaskContext,
 };
@@ -80,7 +80,7 @@ use engram_core::{Error, Result, rng};
 use mixing::Mixing;
 
 /// The strategy's name, in its errors.
-const NAME: &str = "replay";
+const NAME: &str = <ReplayParams as engram_core::component::Component>::NAME;
 
 /// The replay strategy.
 pub struct Replay {
@@ -381,14 +381,7 @@ fn defaults() -> toml::Table {
     t
 }
 
-/// The registration of `replay`.
-pub const REGISTRATION: Registration = Registration {
-    name: "replay",
-    summary: "experience replay: one shared memory, class-balanced loss, logit replay; herding, entropy allocation, stratified selection and priorities as options",
-    defaults,
-    factory: Factory::Forgetting(build),
-};
-engram_core::component!(ReplayParams, forgetting "replay");
+engram_core::component!(forgetting "replay", "experience replay: one shared memory, class-balanced loss, logit replay; herding, entropy allocation, stratified selection and priorities as options", ReplayParams, build, with defaults);
 
 #[cfg(test)]
 mod tests {

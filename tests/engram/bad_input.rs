@@ -604,3 +604,109 @@ fn devices_and_directories_given_as_files_are_refused_before_they_are_read() {
     assert_eq!(code, 2, "{msg}");
     assert!(!msg.contains("panicked"), "{msg}");
 }
+
+/// `engram validate` on `MIN` plus `extra`, with `sets`.
+fn validate_with(extra: &str, sets: &[&str]) -> (i32, String) {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("c.toml");
+    std::fs::write(&cfg, format!("{MIN}{extra}")).unwrap();
+    let mut args = vec!["validate", cfg.to_str().unwrap()];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let (code, msg) = run(&args);
+    assert!(
+        !msg.contains("panicked") && !msg.contains("internal error"),
+        "{msg}"
+    );
+    (code, msg)
+}
+
+#[test]
+fn issue32_replay_ratio_start_1e308_refused_at_validation() {
+    // It passed `validate`, then `run` died of `capacity overflow`.
+    let (code, msg) = validate_with(
+        "[[forgetting]]\ntype = \"replay\"\n[[scheduler]]\ntype = \"replay_ratio\"\nstart = 1e308\n",
+        &[],
+    );
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("c.toml:9:1"), "{msg}");
+    assert!(msg.contains("start = 1e308 must be in [0, 10]"), "{msg}");
+    let (code, msg) = validate_with(
+        "[[scheduler]]\ntype = \"anomaly\"\nreplay_step = 1e308\n",
+        &[],
+    );
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("replay_step 1e308 must be in [0, 10]"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn issue32_set_on_a_missing_scheduler_entry_says_how_to_add_one() {
+    let (code, msg) = validate_with("", &["scheduler.0.type=lr"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("the config has no [[scheduler]] entry 0 (it has none)"),
+        "{msg}"
+    );
+    assert!(msg.contains("add `[[scheduler]]`"), "{msg}");
+    assert!(!msg.contains("OneOrMany"), "{msg}");
+    let (code, msg) = validate_with(
+        "[[forgetting]]\ntype = \"ewc\"\n",
+        &["forgetting.1.lambda=5"],
+    );
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("there is no entry 1 in `forgetting` (the file has 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn issue32_a_number_where_a_choice_goes_names_the_choices() {
+    let (code, msg) = validate_with("activation = 1\n", &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("c.toml:5:14"), "{msg}");
+    assert!(msg.contains("1 is not one of the choices here"), "{msg}");
+    assert!(msg.contains("`relu`") && msg.contains("`tanh`"), "{msg}");
+    assert!(!msg.contains("wanted string or table"), "{msg}");
+    // A choice of the config itself, not of a component.
+    let (code, msg) = validate_with("", &["data.scenario=3"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("`class-incremental`"), "{msg}");
+}
+
+#[test]
+fn issue32_task_settings_that_deal_no_class_say_what_to_change() {
+    for (set, want) in [
+        ("data.tasks=0", "tasks = 0 leaves nothing to train"),
+        (
+            "data.classes_per_task=0",
+            "classes_per_task = 0 gives a task no class",
+        ),
+        (
+            "data.class_order=[]",
+            "class_order = [] deals no class to any task",
+        ),
+    ] {
+        let (code, msg) = validate_with("", &[set]);
+        assert_eq!(code, 2, "{set}: {msg}");
+        assert!(msg.contains(want), "{set}: {msg}");
+        assert!(msg.contains("hint:"), "{set}: {msg}");
+    }
+}
+
+#[test]
+fn issue32_huge_numbers_and_long_strings_are_shortened_in_messages() {
+    let (code, msg) = validate_with("", &["optimizer.lr=-1e308"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("-1e308"), "{msg}");
+    assert!(!msg.contains("0000000000"), "{msg}");
+    let long = format!("[[forgetting]]\ntype = \"{}\"\n", "x".repeat(100_000));
+    let (code, msg) = validate_with(&long, &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.len() < 2_000, "{} bytes: {}", msg.len(), &msg[..300]);
+    assert!(msg.contains("(100000 characters)"), "{msg}");
+}

@@ -289,3 +289,186 @@ fn no_image_shape_panics_any_model() {
         );
     }
 }
+
+/// A config that reads `data` in `format` (`[data] path` absolute), 1 task of 2 classes.
+fn format_config(dir: &Path, format: &str, data: &Path) -> std::path::PathBuf {
+    let f = dir.join(format!("{format}.toml"));
+    std::fs::write(
+        &f,
+        format!(
+            "[data]\nformat = \"{format}\"\npath = \"{}\"\ntasks = 1\n\
+             classes_per_task = 2\n[model]\ntype = \"mlp\"\nhidden = [8]\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    f
+}
+
+/// `engram validate CFG`, with the time it took.
+fn validate(cfg: &Path) -> (i32, String, std::time::Duration) {
+    let start = std::time::Instant::now();
+    let (code, msg) = run(&["validate", cfg.to_str().unwrap()]);
+    (code, msg, start.elapsed())
+}
+
+/// Writes `name.npy` in `dir`: a C-order array of `shape` with dtype `descr` and raw `data`.
+fn write_npy(dir: &Path, name: &str, descr: &str, shape: &[usize], data: &[u8]) {
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    let shape = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend((header.len() as u16).to_le_bytes());
+    b.extend(header.as_bytes());
+    b.extend(data);
+    std::fs::write(dir.join(format!("{name}.npy")), b).unwrap();
+}
+
+/// Four NPY arrays of 4 samples × 2 byte features, labels `train_y` (`<i8`) and `[0, 1, 0, 1]`.
+fn npy_with_labels(dir: &Path, train_y: &[i64]) {
+    std::fs::create_dir_all(dir).unwrap();
+    for x in ["train_x", "test_x"] {
+        write_npy(dir, x, "|u1", &[4, 2], &[1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+    let bytes = |ys: &[i64]| ys.iter().flat_map(|y| y.to_le_bytes()).collect::<Vec<u8>>();
+    write_npy(dir, "train_y", "<i8", &[4], &bytes(train_y));
+    write_npy(dir, "test_y", "<i8", &[4], &bytes(&[0, 1, 0, 1]));
+}
+
+#[test]
+fn issue32_huge_label_refused_cheaply() {
+    let d = tempfile::tempdir().unwrap();
+    // CSV: a label of a billion (4 GB of per-class tables before), of 200 million in a small
+    // file, and one past u64 (read as a class name before).
+    for (i, label) in ["1000000000", "200000000", "99999999999999999999999"]
+        .iter()
+        .enumerate()
+    {
+        let data = d.path().join(format!("csv{i}"));
+        std::fs::create_dir_all(&data).unwrap();
+        let rows = format!("label,a,b\n0,1,2\n1,3,4\n{label},5,6\n");
+        std::fs::write(data.join("train.csv"), &rows).unwrap();
+        std::fs::write(data.join("test.csv"), "label,a,b\n0,1,2\n1,3,4\n").unwrap();
+        let (code, msg, took) = validate(&format_config(d.path(), "csv", &data));
+        assert_eq!(code, 2, "{msg}");
+        assert!(msg.contains("train.csv") && msg.contains("row 3"), "{msg}");
+        assert!(msg.contains("at most 65536 classes"), "{msg}");
+        assert!(!msg.contains("memory allocation"), "{msg}");
+        assert!(took.as_secs() < 20, "{label}: {took:?}");
+    }
+    // NPY: labels near the integer limits, each refused by name.
+    for (i, label) in [3_000_000_000i64, i64::MAX, i64::from(u32::MAX), 1 << 31, -1]
+        .into_iter()
+        .enumerate()
+    {
+        let data = d.path().join(format!("npy{i}"));
+        npy_with_labels(&data, &[0, 1, label, 1]);
+        let (code, msg, took) = validate(&format_config(d.path(), "npy", &data));
+        assert_eq!(code, 2, "{label}: {msg}");
+        assert!(
+            msg.contains("train_y.npy") && msg.contains("sample 2"),
+            "{msg}"
+        );
+        let want = if label < 0 {
+            "is negative"
+        } else {
+            "at most 65536 classes"
+        };
+        assert!(msg.contains(want), "{label}: {msg}");
+        assert!(took.as_secs() < 20, "{label}: {took:?}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn issue32_image_folder_entries_that_are_not_files_are_refused_by_name() {
+    let d = tempfile::tempdir().unwrap();
+    let ds = engram::core::data::Dataset::new(
+        "tiny",
+        d.path().to_path_buf(),
+        engram::core::data::dataset::Split::bytes(vec![7; 4 * 16], vec![0, 1, 0, 1], 16, 0.5, 0.3),
+        engram::core::data::dataset::Split::bytes(vec![9; 2 * 16], vec![0, 1], 16, 0.5, 0.3),
+        engram::core::data::InputShape::Image {
+            channels: 1,
+            height: 4,
+            width: 4,
+        },
+        2,
+    );
+    let seed = d.path().join("seed");
+    engram::registry()
+        .write_data(&ds, "image-folder", &seed)
+        .unwrap();
+    let class0 = seed.join("train").join(
+        std::fs::read_dir(seed.join("train"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .file_name(),
+    );
+    // A FIFO named x.png hung the reader forever; a link to itself was exit 1 with a bare OS
+    // error.
+    let fifo = class0.join("x.png");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, msg, took) = validate(&format_config(d.path(), "image-folder", &seed));
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains(&fifo.display().to_string()), "{msg}");
+    assert!(msg.contains("not a regular file"), "{msg}");
+    assert!(took.as_secs() < 20, "{took:?}");
+    std::fs::remove_file(&fifo).unwrap();
+    let me = class0.join("me.png");
+    std::os::unix::fs::symlink(&me, &me).unwrap();
+    let (code, msg, _) = validate(&format_config(d.path(), "image-folder", &seed));
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains(&me.display().to_string()), "{msg}");
+    assert!(msg.contains("not a regular file"), "{msg}");
+}
+
+#[test]
+fn issue32_npy_path_that_is_a_device_is_refused_with_its_path() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, msg, _) = validate(&format_config(d.path(), "npy", Path::new("/dev/null")));
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("/dev/null: npy: not a regular file or a directory"),
+        "{msg}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn issue32_a_missing_idx_file_or_a_link_loop_is_named() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    write_valid(&data);
+    std::fs::remove_file(data.join("t10k-labels-idx1-ubyte")).unwrap();
+    let (code, msg, _) = validate(&format_config(d.path(), "idx", &data));
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains(&data.join("t10k-labels-idx1-ubyte").display().to_string()),
+        "{msg}"
+    );
+    let me = data.join("t10k-labels-idx1-ubyte");
+    std::os::unix::fs::symlink(&me, &me).unwrap();
+    let (code, msg, _) = validate(&format_config(d.path(), "idx", &data));
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains(&me.display().to_string()) && msg.contains("not a regular file"),
+        "{msg}"
+    );
+}

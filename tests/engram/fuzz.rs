@@ -440,3 +440,235 @@ fn the_checkpoint_reader_never_panics_on_mutated_checkpoints() {
         )
         .unwrap();
 }
+
+/// What is put in an image-folder's class folder in place of an image file.
+#[derive(Clone, Copy, Debug)]
+enum NotAFile {
+    /// A FIFO (no writer: opening it for reading would wait forever).
+    Fifo,
+    /// A symbolic link to a path that does not exist.
+    Dangling,
+    /// A symbolic link to itself.
+    Loop,
+    /// A directory named like an image (with an image inside or not).
+    Directory(bool),
+}
+
+#[cfg(unix)]
+#[test]
+fn issue32_image_folder_entries_that_are_not_files_never_hang_or_panic() {
+    let r = engram::registry();
+    let d = tempfile::tempdir().unwrap();
+    let seed = d.path().join("seed");
+    r.write_data(&tiny(), "image-folder", &seed).unwrap();
+    let seed_files = files(&seed);
+    let case = d.path().join("case");
+    let kind = prop_oneof![
+        Just(NotAFile::Fifo),
+        Just(NotAFile::Dangling),
+        Just(NotAFile::Loop),
+        any::<bool>().prop_map(NotAFile::Directory),
+    ];
+    let name = prop::sample::select(vec!["x.png", "0000.png", "zz.jpeg", ".hidden.png", "x.txt"]);
+    let (ok, refused) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    runner(16)
+        .run(
+            &(kind, name, any::<prop::sample::Index>(), any::<bool>()),
+            |(kind, name, class, in_test)| {
+                write_all(&case, &seed_files);
+                let split = case.join(if in_test { "test" } else { "train" });
+                let mut classes: Vec<PathBuf> = std::fs::read_dir(&split)
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .collect();
+                classes.sort();
+                let at = classes[class.index(classes.len())].join(name);
+                match kind {
+                    NotAFile::Fifo => {
+                        let made = std::process::Command::new("mkfifo").arg(&at).status();
+                        prop_assume!(made.is_ok_and(|s| s.success()));
+                    }
+                    NotAFile::Dangling => {
+                        std::os::unix::fs::symlink(case.join("absent.png"), &at).unwrap()
+                    }
+                    NotAFile::Loop => std::os::unix::fs::symlink(&at, &at).unwrap(),
+                    NotAFile::Directory(with_image) => {
+                        std::fs::create_dir(&at).unwrap();
+                        if with_image {
+                            let (_, png) = seed_files
+                                .iter()
+                                .find(|(p, _)| p.extension().is_some_and(|x| x == "png"))
+                                .unwrap();
+                            std::fs::write(at.join("inner.png"), png).unwrap();
+                        }
+                    }
+                }
+                match r.read_data("tiny", Some("image-folder"), Some(&case)) {
+                    Ok(_) => ok.set(ok.get() + 1),
+                    Err(e) => {
+                        refused.set(refused.get() + 1);
+                        let msg = e.to_string();
+                        prop_assert!(
+                            e.exit_code() == 2,
+                            "{kind:?} {name}: exit {}: {msg}",
+                            e.exit_code()
+                        );
+                        prop_assert!(msg.contains(&at.display().to_string()), "{kind:?}: {msg}");
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    // Hidden and non-image names are skipped, directories are read as subfolders: some read.
+    assert!(
+        ok.get() > 0 && refused.get() > 0,
+        "{} read, {} refused",
+        ok.get(),
+        refused.get()
+    );
+}
+
+/// Labels near the integer limits, in CSV and NPY: each is refused as not a class index,
+/// quickly (no table as long as the label), by the file's name.
+#[test]
+fn issue32_labels_near_the_integer_limits_are_refused_by_name() {
+    let r = engram::registry();
+    let d = tempfile::tempdir().unwrap();
+    type Files = Vec<(PathBuf, Vec<u8>)>;
+    let seeds: Vec<(&str, Files)> = ["csv", "npy"]
+        .into_iter()
+        .map(|format| {
+            let seed = d.path().join(format!("{format}-seed"));
+            r.write_data(&tiny(), format, &seed).unwrap();
+            (format, files(&seed))
+        })
+        .collect();
+    let label = prop::sample::select(vec![
+        i128::from(i64::MAX),
+        i128::from(i64::MIN),
+        i128::from(u64::MAX),
+        i128::from(u32::MAX),
+        1 << 31,
+        (1 << 31) - 1,
+        1 << 32,
+        i128::from(engram::core::data::format::MAX_CLASSES),
+        1_000_000_000,
+        -1,
+    ]);
+    let case = d.path().join("case");
+    runner(24)
+        .run(
+            &(
+                prop::sample::select(vec![0usize, 1]),
+                label,
+                any::<prop::sample::Index>(),
+            ),
+            |(which, label, row)| {
+                let (format, seed_files) = &seeds[which];
+                let mut fs = seed_files.clone();
+                let row = row.index(24);
+                let y = if *format == "csv" {
+                    "train.csv"
+                } else {
+                    "train_y.npy"
+                };
+                let (_, bytes) = fs.iter_mut().find(|(p, _)| p == Path::new(y)).unwrap();
+                if *format == "csv" {
+                    let text = String::from_utf8(bytes.clone()).unwrap();
+                    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+                    let cells: Vec<&str> = lines[row + 1].splitn(2, ',').collect();
+                    lines[row + 1] = format!("{label},{}", cells[1]);
+                    *bytes = (lines.join("\n") + "\n").into_bytes();
+                } else {
+                    // `engram data export` writes labels as little-endian int64 after the header.
+                    let start = bytes.len() - 24 * 8;
+                    let v =
+                        i64::try_from(label).unwrap_or(if label < 0 { i64::MIN } else { i64::MAX });
+                    bytes[start + row * 8..start + row * 8 + 8].copy_from_slice(&v.to_le_bytes());
+                }
+                write_all(&case, &fs);
+                let start = std::time::Instant::now();
+                let e = r.read_data("tiny", Some(format), Some(&case)).err();
+                prop_assert!(
+                    start.elapsed().as_secs() < 10,
+                    "{format} {label}: {:?}",
+                    start.elapsed()
+                );
+                let e =
+                    e.ok_or_else(|| TestCaseError::fail(format!("{format}: label {label} read")))?;
+                let msg = e.to_string();
+                prop_assert!(e.exit_code() == 2, "{msg}");
+                prop_assert!(msg.contains(y), "{format} {label}: {msg}");
+                prop_assert!(msg.contains("class"), "{format} {label}: {msg}");
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+/// Keys and values put into a sweep file's axes.
+const SWEEP_KEYS: &[&str] = &[
+    "optimizer.lr",
+    "data.subsample",
+    "train.epochs",
+    "model.hidden",
+    "forgetting.0.capacity",
+    "forgetting.7.lambda",
+    "scheduler.0.type",
+    "nothing.here",
+    "seeds",
+    "configs",
+    "",
+    "data",
+];
+
+#[test]
+fn issue32_sweep_files_with_random_axes_never_panic() {
+    let d = tempfile::tempdir().unwrap();
+    crate::util::small_config(
+        d.path(),
+        "base.toml",
+        "[[forgetting]]\ntype = \"replay\"\ncapacity = 50\n",
+    );
+    let file = d.path().join("sweep.toml");
+    let value = prop::sample::select(VALUES.to_vec());
+    let axis = (
+        prop::sample::select(SWEEP_KEYS.to_vec()),
+        prop::collection::vec(value, 0..3),
+    );
+    let (ok, refused) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    runner(10)
+        .run(
+            &(prop::collection::vec(axis, 0..3), any::<bool>()),
+            |(axes, with_seeds)| {
+                let mut text = String::from("[sweep]\nbase = \"base.toml\"\n");
+                if with_seeds {
+                    text.push_str("seeds = [0]\n");
+                }
+                for (key, values) in &axes {
+                    text.push_str(&format!("{key:?} = [{}]\n", values.join(", ")));
+                }
+                std::fs::write(&file, &text).unwrap();
+                let (code, msg) = crate::util::run(&["sweep", "validate", file.to_str().unwrap()]);
+                prop_assert!(
+                    !msg.contains("panicked") && !msg.contains("internal error"),
+                    "{text}\n{msg}"
+                );
+                prop_assert!(code == 0 || code == 2, "exit {code}: {text}\n{msg}");
+                if code == 0 {
+                    ok.set(ok.get() + 1);
+                } else {
+                    refused.set(refused.get() + 1);
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert!(
+        refused.get() > 0,
+        "{} ok, {} refused",
+        ok.get(),
+        refused.get()
+    );
+}

@@ -732,3 +732,46 @@ fn the_leak_alarm_catches_a_leaking_strategy_within_and_across_tasks() {
     let ev = events(&stopped);
     assert_eq!(ev.len(), 1, "{ev:?}");
 }
+
+/// A copy of `src` at `dst` whose section `name` is replaced by `patch(bytes)`.
+fn section_patched_copy(src: &Path, dst: &Path, name: &str, patch: impl FnOnce(&mut [u8])) {
+    use object::{Object, ObjectSection};
+    let mut bytes = std::fs::read(src).unwrap();
+    let (offset, size) = {
+        let file = object::File::parse(&*bytes).unwrap();
+        let s = file.section_by_name(name).unwrap();
+        s.file_range().unwrap()
+    };
+    patch(&mut bytes[offset as usize..(offset + size) as usize]);
+    std::fs::write(dst, bytes).unwrap();
+}
+
+#[test]
+fn issue32_plugin_with_garbage_code_is_refused_without_a_crash() {
+    let fixture = plugin_lib("engram_plugin_fixture");
+    let d = tempfile::tempdir().unwrap();
+    // Its code is garbage (every instruction `ud2`), its declaration intact: loading it in
+    // this process would kill it with SIGILL. The trial load in a child takes the signal.
+    let code_garbage = d.path().join("libgarbage.so");
+    section_patched_copy(&fixture, &code_garbage, ".text", |t| {
+        for pair in t.chunks_mut(2) {
+            pair.copy_from_slice(&[0x0f, 0x0b][..pair.len()]);
+        }
+    });
+    plugin::read_declaration(&code_garbage).expect("the declaration is intact");
+    let (code, msg) = list_with(&code_garbage, &[]);
+    assert_refused(code, &msg, "crashed while loading in a trial process");
+    assert!(msg.contains(&code_garbage.display().to_string()), "{msg}");
+    assert!(msg.contains("killed by signal"), "{msg}");
+    // A damaged symbol hash table (the dynamic loader's assertion before): refused, exit 2,
+    // whether the loader reports it or the trial load dies of it.
+    let hash_garbage = d.path().join("libhash.so");
+    section_patched_copy(&fixture, &hash_garbage, ".gnu.hash", |t| t.fill(0xa5));
+    let (code, msg) = list_with(&hash_garbage, &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains(&hash_garbage.display().to_string()), "{msg}");
+    // The intact plugin still loads through the trial.
+    let (code, msg) = list_with(&fixture, &[]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(msg.contains("fixture-panic"), "{msg}");
+}

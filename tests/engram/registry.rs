@@ -41,7 +41,7 @@ fn sources(root: &Path, dirs: &[&str]) -> BTreeMap<PathBuf, String> {
 const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
     (
         "naive",
-        "src/report.rs",
+        "src/report/compare.rs",
         "a run's config naming the naive baseline, which `compare` measures plasticity against",
     ),
     (
@@ -66,12 +66,12 @@ const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
     ),
     (
         "mlp",
-        "src/main.rs",
+        "src/cli/bench.rs",
         "a value of `engram bench memory --model`",
     ),
     (
         "vit",
-        "src/main.rs",
+        "src/cli/bench.rs",
         "a value of `engram bench memory --model`",
     ),
     (
@@ -79,10 +79,10 @@ const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
         "core/src/config/checks.rs",
         "the optimiser's key `lr`",
     ),
-    ("lr", "src/report.rs", "the `lr` column of steps.csv"),
+    ("lr", "src/report/load.rs", "the `lr` column of steps.csv"),
     (
         "anomaly",
-        "core/src/train/trainer/mod.rs",
+        "core/src/train/report.rs",
         "the kind of a report event",
     ),
     (
@@ -90,21 +90,19 @@ const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
         "strategies/src/ewc.rs",
         "a key of EWC's saved state",
     ),
+    (
+        "budget",
+        "strategies/src/budget.rs",
+        "the budget strategy's own key `budget`",
+    ),
 ];
 
 #[test]
 fn extension_kinds_take_one_file_and_one_line() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = sources(root, &["core/src", "strategies/src", "src"]);
-    let lists: Vec<(&PathBuf, &str)> = src
-        .iter()
-        .filter_map(|(p, code)| {
-            let start = code.find("BUILTINS: &[")?;
-            let end = code[start..].find("];")? + start;
-            Some((p, &code[start..end]))
-        })
-        .collect();
-    assert!(lists.len() >= 4, "BUILTINS lists: {lists:?}");
+    let lists = registration_lists(&src);
+    assert!(lists.len() >= 4, "registration lists: {lists:?}");
     let mut table = Vec::new();
     for e in engram::registry().entries() {
         let reg = &e.registration;
@@ -112,8 +110,7 @@ fn extension_kinds_take_one_file_and_one_line() {
         let homes: Vec<&PathBuf> = src
             .iter()
             .filter(|(_, code)| {
-                code.contains(&format!("registration!({kind} {lit}"))
-                    || code.contains(&format!("name: {lit}"))
+                declares(code, kind, &lit) || code.contains(&format!("name: {lit}"))
             })
             .map(|(p, _)| p)
             .collect();
@@ -176,45 +173,82 @@ fn extension_kinds_take_one_file_and_one_line() {
     );
 }
 
-/// Every parameter type that names its component (`component!`) names one that is registered,
-/// of that kind, and its defaults serialise to the values the registration lists (so the
-/// builder writes what `engram list` shows).
-#[test]
-fn component_names_match_the_registry() {
-    use engram::core::component::Component;
-    use engram::core::model::{cnn::CnnParams, mlp::MlpParams, vit::VitParams};
-    use engram::strategies::{
-        accumulate::AccumulateParams, amp::AmpParams, budget::BudgetParams,
-        checkpoint::CheckpointParams, constant::ConstantParams, ema::EmaParams, ewc::EwcParams,
-        naive::NaiveParams, replay::ReplayParams, schedules::*,
-    };
-    fn check<C: Component + Default>(r: &engram::core::registry::Registry) {
-        let e = r
-            .get(C::KIND, C::NAME)
-            .unwrap_or_else(|| panic!("{} `{}` is not registered", C::KIND.noun(), C::NAME));
-        // Every key the builder would write has the value `engram list` shows (a key left out
-        // is an unset `Option`, whose effective default the listing spells out).
-        let listed = (e.registration.defaults)();
-        for (k, v) in toml::Table::try_from(C::default()).unwrap() {
-            assert_eq!(Some(&v), listed.get(&k), "{} `{k}`", C::NAME);
+/// Whether `code` declares the component `lit` of `kind`: `component!(kind "name", …)` (or
+/// `component!(pub const X = kind "name", …)`), or a plugin-style `registration!(kind "name", …)`.
+fn declares(code: &str, kind: impl std::fmt::Display, lit: &str) -> bool {
+    code.contains(&format!("component!({kind} {lit},"))
+        || code.contains(&format!("= {kind} {lit},"))
+        || code.contains(&format!("registration!({kind} {lit},"))
+}
+
+/// The lists of registrations in `src`, by file: each `const` whose type is a list of
+/// `Registration`s or of `DatasetSpec`s (the IDX datasets) written out as `[ … ]`, up to its
+/// closing `];`. (A list computed from another, as `data::BUILTINS` is, is no list here.)
+fn registration_lists(src: &BTreeMap<PathBuf, String>) -> Vec<(&PathBuf, &str)> {
+    let mut out = Vec::new();
+    for (p, code) in src {
+        let mut at = 0;
+        while let Some(i) = code[at..].find("const ") {
+            let start = at + i;
+            at = start + 6;
+            let line_end = code[start..].find('\n').map_or(code.len(), |e| start + e);
+            let line = &code[start..line_end];
+            let Some(eq) = line.find('=') else { continue };
+            let (ty, init) = (&line[..eq], code[start + eq + 1..].trim_start());
+            if !(ty.contains("Registration") || ty.contains("DatasetSpec"))
+                || !(init.starts_with("&[") || init.starts_with('['))
+            {
+                continue;
+            }
+            let body = start + eq;
+            if let Some(end) = code[body..].find("];") {
+                out.push((p, &code[body..body + end]));
+            }
         }
     }
+    out
+}
+
+/// Every built-in is declared once: its home file names it in its one declaration
+/// (`component!`, which gives it its name, keys, builder, registration and typed-builder
+/// marker) and nowhere else in its code; the builder's code says `Params::NAME`. Iterates the
+/// registry, so a new component is held to it without a list here.
+#[test]
+fn every_builtin_is_declared_once() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = sources(root, &["core/src", "strategies/src"]);
     let r = engram::registry();
-    check::<MlpParams>(&r);
-    check::<CnnParams>(&r);
-    check::<VitParams>(&r);
-    check::<NaiveParams>(&r);
-    check::<EwcParams>(&r);
-    check::<ReplayParams>(&r);
-    check::<EmaParams>(&r);
-    check::<CheckpointParams>(&r);
-    check::<AmpParams>(&r);
-    check::<AccumulateParams>(&r);
-    check::<BudgetParams>(&r);
-    check::<ConstantParams>(&r);
-    check::<LrParams>(&r);
-    check::<RegWarmupParams>(&r);
-    check::<ReplayRatioParams>(&r);
-    check::<CadenceParams>(&r);
-    check::<AnomalyParams>(&r);
+    assert!(r.entries().len() >= 22, "{} entries", r.entries().len());
+    for e in r.entries() {
+        let reg = &e.registration;
+        let (kind, lit) = (reg.factory.kind(), format!("{:?}", reg.name));
+        let homes: Vec<(&PathBuf, &String)> = src
+            .iter()
+            .filter(|(_, code)| {
+                declares(code, kind, &lit) || code.contains(&format!("name: {lit}"))
+            })
+            .collect();
+        assert_eq!(
+            homes.len(),
+            1,
+            "{kind} `{}` is declared in {:?}",
+            reg.name,
+            homes.iter().map(|h| h.0).collect::<Vec<_>>()
+        );
+        let (home, code) = homes[0];
+        let uses = code.lines().filter(|l| l.contains(&lit)).count();
+        let other = OTHER_MEANINGS
+            .iter()
+            .filter(|(n, f, _)| *n == reg.name && Path::new(f) == home.as_path())
+            .count();
+        // A name with another meaning in its home file (a key of the same name) is written
+        // there for that meaning as well.
+        assert!(
+            uses == 1 || (other > 0 && uses > 1),
+            "{kind} `{}`: {} writes its name {uses} times; declare it once and say \
+             `Params::NAME` (the `Component` constant) elsewhere",
+            reg.name,
+            home.display()
+        );
+    }
 }

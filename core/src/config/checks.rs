@@ -23,6 +23,7 @@ impl LoadedConfig {
                 Some("add `validation = 0.1` to [data]".into()),
             ));
         }
+        self.check_tasks()?;
         if c.train.batch_size == 0 || c.train.eval_batch_size == 0 || c.train.epochs == 0 {
             return Err(self.error_at(
                 "train",
@@ -115,6 +116,45 @@ impl LoadedConfig {
                     c.optimizer.weight_decay, c.optimizer.momentum
                 ),
                 None,
+            ));
+        }
+        Ok(())
+    }
+
+    /// `tasks`, `classes_per_task` and `class_order` deal at least one class to a task (the
+    /// data's own checks say what does not fit the dataset).
+    fn check_tasks(&self) -> Result<()> {
+        let d = &self.config.data;
+        if d.tasks == Some(0) {
+            return Err(self.error_at(
+                "data",
+                "tasks",
+                "tasks = 0 leaves nothing to train".into(),
+                Some(
+                    "set tasks to 1 or more, or remove it (split scenarios then make classes / \
+                     classes_per_task tasks, permuted ones 10)"
+                        .into(),
+                ),
+            ));
+        }
+        if d.classes_per_task == Some(0) {
+            return Err(self.error_at(
+                "data",
+                "classes_per_task",
+                "classes_per_task = 0 gives a task no class".into(),
+                Some("set it to 1 or more (2 is the default), or remove it".into()),
+            ));
+        }
+        if d.class_order.as_ref().is_some_and(Vec::is_empty) {
+            return Err(self.error_at(
+                "data",
+                "class_order",
+                "class_order = [] deals no class to any task".into(),
+                Some(
+                    "list the classes in the order the tasks get them, e.g. [0, 1, 2, 3], or \
+                     remove it (the classes in their own order)"
+                        .into(),
+                ),
             ));
         }
         Ok(())

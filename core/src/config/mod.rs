@@ -416,7 +416,12 @@ impl LoadedConfig {
             let doc = DeTable::parse(&text).map_err(|e| toml_error(file, &text, &e))?;
             let root_empty = doc.get_ref().is_empty();
             Config::deserialize(toml::de::Deserializer::from(doc)).map_err(|e| {
-                let mut err = toml_error(file, &text, &e);
+                let mut err = toml_error_with_choices(file, &text, &e, |patched| {
+                    let doc = DeTable::parse(patched).ok()?;
+                    Config::deserialize(toml::de::Deserializer::from(doc))
+                        .err()
+                        .map(|e| e.message().trim().to_string())
+                });
                 if root_empty && let Error::Config { hint, .. } = &mut err {
                     *hint = Some(
                         "the file is empty: a config needs at least [data] and [model]; \

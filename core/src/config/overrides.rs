@@ -148,6 +148,22 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
         let mut i = 0;
         while i < path.len() {
             let p = path[i];
+            // `scheduler.0.type=…` on a file without [[scheduler]]: an override changes the
+            // entries the file has but cannot add one (it would make a table `0`).
+            let index = path
+                .get(i + 1)
+                .or((i + 1 == path.len()).then_some(last))
+                .and_then(|s| s.parse::<usize>().ok());
+            if let (None, Some(idx)) = (table.get(p), index) {
+                return Err(bad(
+                    format!("--set `{set}`: the config has no [[{p}]] entry {idx} (it has none)"),
+                    &format!(
+                        "--set changes the entries the file has but cannot add one: add \
+                         `[[{p}]]` with its `type = \"…\"` to the file (`engram list` names the \
+                         types), then set its keys as {p}.0.KEY=VALUE"
+                    ),
+                ));
+            }
             let item = table
                 .entry(p)
                 .or_insert(toml_edit::Item::Table(toml_edit::Table::new()));
@@ -168,13 +184,21 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                             "write for example forgetting.0.lambda=100",
                         )
                     })?;
+                let count = item.as_array_of_tables().map_or(0, |a| a.len());
                 table = item
                     .as_array_of_tables_mut()
                     .and_then(|a| a.get_mut(idx))
                     .ok_or_else(|| {
                         bad(
-                            format!("--set `{key}`: there is no entry {idx} in `{p}`"),
-                            "entries are numbered from 0",
+                            format!(
+                                "--set `{key}`: there is no entry {idx} in `{p}` (the file has \
+                                 {count}: {p}.0 … {p}.{})",
+                                count.saturating_sub(1)
+                            ),
+                            &format!(
+                                "entries are numbered from 0; --set cannot add one: add another \
+                                 `[[{p}]]` to the file"
+                            ),
                         )
                     })?;
                 i += 2;

@@ -80,7 +80,18 @@ impl ParamSource {
             }
         }
         let value = Spanned::new(span, DeValue::Table(table));
-        T::deserialize(ValueDeserializer::from(value)).map_err(|e| toml_error(&self.file, src, &e))
+        T::deserialize(ValueDeserializer::from(value)).map_err(|e| {
+            toml_error_with_choices(&self.file, src, &e, |patched| {
+                let again = ParamSource {
+                    source: Arc::from(patched),
+                    ..self.clone()
+                };
+                match again.parse::<T>() {
+                    Err(Error::Config { message, .. }) => Some(message),
+                    _ => None,
+                }
+            })
+        })
     }
 
     /// A positioned [`Error::Config`] about key `key` of this entry (at the entry when the key

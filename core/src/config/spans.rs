@@ -251,6 +251,49 @@ pub(crate) fn hint_for(message: &str) -> Option<String> {
     Some(hint.into())
 }
 
+/// serde's message for a number, a boolean or a list where a choice goes ("wanted string or
+/// table", which names neither the key's choices nor what was found): `decode` decodes `src`
+/// again with `"?"` in place of the value at `span`, and the choices its "unknown variant"
+/// error lists are said. The new message and hint, when that worked.
+pub(crate) fn name_the_choices(
+    message: &str,
+    src: &str,
+    span: Option<std::ops::Range<usize>>,
+    decode: impl FnOnce(&str) -> Option<String>,
+) -> Option<(String, String)> {
+    if message != "wanted string or table" {
+        return None;
+    }
+    let span = span?;
+    let found = src.get(span.clone())?.trim();
+    let patched = format!("{}\"?\"{}", src.get(..span.start)?, src.get(span.end..)?);
+    let again = decode(&patched)?;
+    let list = again.strip_prefix("unknown variant `?`, expected ")?;
+    let list = list.strip_prefix("one of ").unwrap_or(list);
+    let first = list.split('`').nth(1)?;
+    Some((
+        format!("{found} is not one of the choices here: {list}"),
+        format!("a choice is a string in quotes, e.g. \"{first}\""),
+    ))
+}
+
+/// [`toml_error`] with [`name_the_choices`]'s message and hint when they apply.
+pub(crate) fn toml_error_with_choices(
+    file: &Path,
+    src: &str,
+    err: &toml::de::Error,
+    decode: impl FnOnce(&str) -> Option<String>,
+) -> Error {
+    let mut out = toml_error(file, src, err);
+    if let Some((m, h)) = name_the_choices(err.message().trim(), src, err.span(), decode)
+        && let Error::Config { message, hint, .. } = &mut out
+    {
+        *message = m;
+        *hint = Some(h);
+    }
+    out
+}
+
 pub(crate) fn toml_error(file: &Path, src: &str, err: &toml::de::Error) -> Error {
     let mut message = err.message().trim().to_string();
     // The parser does not name the repeated key: its span does.

@@ -20,6 +20,9 @@ pub struct DatasetSpec {
     pub name: &'static str,
     /// One line saying what it is (`engram list`, the reference page).
     pub summary: &'static str,
+    /// The Debian package that installs it into `/usr/share/datasets/<name>/`, where there is
+    /// one (named in the message of a missing dataset).
+    pub debian_package: Option<&'static str>,
     /// Per-pixel mean of the training set after scaling to `[0, 1]`.
     pub mean: f32,
     /// Per-pixel standard deviation of the training set after scaling to `[0, 1]`.
@@ -49,6 +52,7 @@ pub const DATASETS: &[DatasetSpec] = &[
     DatasetSpec {
         name: "fashion-mnist",
         summary: "Fashion-MNIST (Xiao et al. 2017): 70,000 28×28 gray images of 10 clothing classes, IDX files",
+        debian_package: Some("dataset-fashion-mnist"),
         mean: 0.2860,
         std: 0.3530,
         classes: 10,
@@ -76,6 +80,7 @@ pub const DATASETS: &[DatasetSpec] = &[
     DatasetSpec {
         name: "mnist",
         summary: "MNIST (LeCun et al. 1998): 70,000 28×28 gray images of handwritten digits, IDX files",
+        debian_package: None,
         mean: 0.1307,
         std: 0.3081,
         classes: 10,
@@ -462,11 +467,10 @@ pub fn resolve(name: &str, configured: Option<&Path>) -> Result<PathBuf> {
     if let Some(d) = dirs.iter().find(|d| has_all(d)) {
         return Ok(d.clone());
     }
-    let debian = if name == "fashion-mnist" {
-        "`sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or "
-    } else {
-        ""
-    };
+    let debian = spec
+        .debian_package
+        .map(|p| format!("`sudo apt-get install {p}` (Debian/Ubuntu), or "))
+        .unwrap_or_default();
     Err(Error::DatasetMissing {
         name: name.to_string(),
         searched: dirs

@@ -213,7 +213,7 @@ pub fn file_sha256(path: &Path) -> Result<String, PluginError> {
 ///
 /// # Errors
 /// Every [`PluginError`] variant but `Duplicate`, `Panicked` and `Changed`, in the order of the
-/// module docs.
+/// module docs ([`PluginError::Crashed`] only with a trial load installed, [`super::set_probe`]).
 pub fn load(path: &Path) -> Result<Plugin, PluginError> {
     let canonical = std::fs::canonicalize(path).map_err(|e| io_error(path, e))?;
     let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
@@ -225,6 +225,9 @@ pub fn load(path: &Path) -> Result<Plugin, PluginError> {
     check_declaration(path, &decl)?;
     let sha256 = crate::fsutil::sha256_hex(&bytes);
     drop(bytes);
+    // The trial load in a child process, when one is installed: a library that crashes while
+    // it loads is refused here, before this process opens it.
+    super::probe::run_probe(path, &canonical)?;
     // SAFETY: the declaration says the library was built against this very engram-core (same
     // toolchain, Burn, features and profile); loading it runs its constructors, which is what
     // the user asked for by naming it.

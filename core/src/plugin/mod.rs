@@ -26,6 +26,9 @@
 //! [`Declaration`] from the file itself (the ELF section [`SECTION`], parsed with the `object`
 //! crate): the magic bytes, then [`ABI_VERSION`], then the [`BUILD_ID`] (rustc version,
 //! engram-core version, Burn version, target, features, profile), which must equal the host's.
+//! When a trial load is installed ([`set_probe`]; the `engram` binary installs one), the
+//! library is next loaded in a child process, and a crash there refuses it
+//! ([`PluginError::Crashed`]) without harming this process (see [`probe_in_child`]).
 //! Only then is the library opened, with immediate binding (`RTLD_NOW`: an unresolved symbol is
 //! an error now, not a crash later), and its `engram_plugin_register` function called. Plugins
 //! register only through that function (no `inventory`), handing their factories to a
@@ -60,6 +63,7 @@ use std::sync::{Arc, Mutex};
 mod abi;
 mod guard;
 mod loader;
+mod probe;
 
 /// Why a plugin could not be loaded or failed while running (defined with the other errors,
 /// in [`crate::error`]).
@@ -67,6 +71,7 @@ pub use crate::error::PluginError;
 pub use abi::*;
 pub use guard::*;
 pub use loader::*;
+pub use probe::*;
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,7 @@
 //! stronger protection when an old task's accuracy falls.
 
 use engram_core::Result;
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{AnomalyAction, Scheduler};
@@ -66,7 +67,7 @@ impl Anomaly {
 
 impl Scheduler for Anomaly {
     fn name(&self) -> &str {
-        "anomaly"
+        AnomalyParams::NAME
     }
 
     fn may_roll_back(&self) -> bool {
@@ -102,12 +103,14 @@ fn build_anomaly(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Schedu
             None,
         ));
     }
-    if p.replay_step < 0.0 {
+    // A retry adds replay_step to the replay ratio, which sizes each step's memory rows.
+    if !(0.0..=super::replay_ratio::MAX_RATIO).contains(&p.replay_step) {
         return Err(src.key_error(
             "replay_step",
             format!(
-                "anomaly: replay_step {} must be ≥ 0 (a retry adds it to the replay ratio)",
-                p.replay_step
+                "anomaly: replay_step {} must be in [0, {}] (a retry adds it to the replay ratio)",
+                p.replay_step,
+                super::replay_ratio::MAX_RATIO
             ),
             None,
         ));
@@ -126,9 +129,7 @@ fn build_anomaly(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Schedu
     Ok(Box::new(Anomaly { p }))
 }
 
-/// The registration of `anomaly`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(scheduler "anomaly", "catch forgetting as it happens: roll back the task and retry it with stronger protection", AnomalyParams, build_anomaly);
-engram_core::component!(AnomalyParams, scheduler "anomaly");
+engram_core::component!(scheduler "anomaly", "catch forgetting as it happens: roll back the task and retry it with stronger protection", AnomalyParams, build_anomaly);
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! `cadence`: evaluate every task only after every k-th task (the diagonal always).
 
 use engram_core::Result;
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::registry::BuildContext;
 use engram_core::strategy::Scheduler;
@@ -28,7 +29,7 @@ pub struct Cadence {
 
 impl Scheduler for Cadence {
     fn name(&self) -> &str {
-        "cadence"
+        CadenceParams::NAME
     }
     fn evaluate_all(&self, task: usize, num_tasks: usize) -> Option<bool> {
         Some((task + 1).is_multiple_of(self.every) || task + 1 == num_tasks)
@@ -43,9 +44,7 @@ fn build_cadence(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Schedu
     Ok(Box::new(Cadence { every: p.every }))
 }
 
-/// The registration of `cadence`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(scheduler "cadence", "evaluate every task only every k tasks (the diagonal always)", CadenceParams, build_cadence);
-engram_core::component!(CadenceParams, scheduler "cadence");
+engram_core::component!(scheduler "cadence", "evaluate every task only every k tasks (the diagonal always)", CadenceParams, build_cadence);
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,7 @@ use engram_core::burn::optim::lr_scheduler::{
     linear::LinearLrSchedulerConfig, module_lr_scheduler::ModuleLrScheduler,
     step::StepLrSchedulerConfig,
 };
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{Controls, Position, Scheduler};
@@ -115,7 +116,7 @@ impl Lr {
 
 impl Scheduler for Lr {
     fn name(&self) -> &str {
-        "lr"
+        LrParams::NAME
     }
 
     fn controls(&mut self, pos: &Position, c: &mut Controls) {
@@ -168,9 +169,7 @@ fn build_lr(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>>
     Ok(Box::new(Lr { p, current: None }))
 }
 
-/// The registration of `lr`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(scheduler "lr", "learning-rate schedule (constant, cosine, step, linear; warm-up; per task or per run)", LrParams, build_lr);
-engram_core::component!(LrParams, scheduler "lr");
+engram_core::component!(scheduler "lr", "learning-rate schedule (constant, cosine, step, linear; warm-up; per task or per run)", LrParams, build_lr);
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,7 @@
 //! decay to the base strength.
 
 use engram_core::Result;
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{Controls, Position, Scheduler};
@@ -53,7 +54,7 @@ impl RegWarmup {
 
 impl Scheduler for RegWarmup {
     fn name(&self) -> &str {
-        "reg_warmup"
+        RegWarmupParams::NAME
     }
 
     fn controls(&mut self, pos: &Position, c: &mut Controls) {
@@ -79,9 +80,7 @@ fn build_reg(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn Scheduler>
     Ok(Box::new(RegWarmup { p }))
 }
 
-/// The registration of `reg_warmup`.
-pub const REGISTRATION: engram_core::registry::Registration = engram_core::registration!(scheduler "reg_warmup", "strong regularisation for the first epochs of each new task, then decay to the base strength", RegWarmupParams, build_reg);
-engram_core::component!(RegWarmupParams, scheduler "reg_warmup");
+engram_core::component!(scheduler "reg_warmup", "strong regularisation for the first epochs of each new task, then decay to the base strength", RegWarmupParams, build_reg);
 
 #[cfg(test)]
 mod tests {

@@ -48,18 +48,36 @@ fn byte(cell: &[u8]) -> Option<u8> {
         .and_then(|v| u8::try_from(v).ok())
 }
 
+/// A label cell written as an integer (an optional sign, then digits).
+fn integer_shaped(l: &str) -> bool {
+    let digits = l.strip_prefix(['-', '+']).unwrap_or(l);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The value of an [`integer_shaped`] label, saturated to `i128`'s range (a label of 40 digits
+/// is as far from a class index as one of 39).
+fn integer_value(l: &str) -> i128 {
+    l.parse::<i128>().unwrap_or(if l.starts_with('-') {
+        i128::MIN
+    } else {
+        i128::MAX
+    })
+}
+
 fn read_table(path: &Path) -> Result<Table> {
-    if !path.is_file() {
+    if !crate::fsutil::is_present(path) {
         return Err(bad(
             path,
             FORMAT,
             "missing: the CSV layout is train.csv and test.csv (header row, a `label` column) in one directory",
         ));
     }
+    // A FIFO, a device, a directory or a link to nothing is refused by name before it is read.
+    let file = crate::fsutil::open_bounded(path, crate::fsutil::MAX_DATA_BYTES)
+        .map_err(|e| Error::io(path, e))?;
     let mut rdr = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
-        .from_path(path)
-        .map_err(|e| bad(path, FORMAT, e.to_string()))?;
+        .from_reader(std::io::BufReader::new(file));
     let header: Vec<String> = rdr
         .headers()
         .map_err(|e| bad(path, FORMAT, e.to_string()))?
@@ -160,20 +178,20 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
         ));
     }
     let mut meta = Meta::read(dir)?.unwrap_or_default();
+    // A label written as an integer is a class index, never a class name: checked here, as
+    // read, at a cost that does not depend on its value.
     for (t, file) in [(&train, FILES[0]), (&test, FILES[1])] {
-        if let Some((row, l)) = t
-            .labels
-            .iter()
-            .enumerate()
-            .find(|(_, l)| l.parse::<i64>().is_ok_and(|v| v < 0))
-        {
+        let first_bad = t.labels.iter().enumerate().find_map(|(row, l)| {
+            integer_shaped(l)
+                .then(|| super::label_problem(l, integer_value(l)))
+                .flatten()
+                .map(|why| (row, why))
+        });
+        if let Some((row, why)) = first_bad {
             return Err(bad(
                 &dir.join(file),
                 FORMAT,
-                format!(
-                    "row {}: label {l} is negative; labels are class indices (0 or more) or class names",
-                    row + 1
-                ),
+                format!("row {}: {why}", row + 1),
             ));
         }
     }
@@ -181,7 +199,7 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
         .labels
         .iter()
         .chain(&test.labels)
-        .all(|l| l.parse::<u32>().is_ok());
+        .all(|l| integer_shaped(l));
     let index: BTreeMap<String, u32> = if numeric {
         BTreeMap::new()
     } else {
@@ -293,6 +311,26 @@ pub fn write(ds: &Dataset, dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issue32_labels_written_as_integers_are_class_indices() {
+        for l in [
+            "0",
+            "7",
+            "+3",
+            "-1",
+            "1000000000",
+            "99999999999999999999999999999999999999999",
+        ] {
+            assert!(integer_shaped(l), "{l}");
+        }
+        for l in ["", "-", "cat", "1.0", "1e3", "7 "] {
+            assert!(!integer_shaped(l), "{l}");
+        }
+        assert_eq!(integer_value("-5"), -5);
+        assert_eq!(integer_value("9".repeat(50).as_str()), i128::MAX);
+        assert_eq!(integer_value(&format!("-{}", "9".repeat(50))), i128::MIN);
+    }
 
     #[test]
     fn byte_cells_are_integers_up_to_255() {

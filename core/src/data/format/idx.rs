@@ -21,13 +21,14 @@ pub struct IdxOptions {}
 
 crate::component!(format "idx", "the four IDX files of the MNIST family (raw or .gz): bytes [n, height, width] or [n, channels, height, width], labels [n]", IdxOptions, read, write);
 
-/// A file of `dir` named `stem`, raw or `.gz`: whatever is there under that name (a device or
-/// a FIFO too, which the bounded read then refuses by name instead of calling it missing).
+/// A file of `dir` named `stem`, raw or `.gz`: whatever is there under that name (a device, a
+/// FIFO or a symbolic link to nothing too, which the bounded read then refuses by name instead
+/// of calling it missing).
 pub fn file_in(dir: &Path, stem: &str) -> Option<PathBuf> {
     [format!("{stem}.gz"), stem.to_string()]
         .into_iter()
         .map(|f| dir.join(f))
-        .find(|p| p.exists())
+        .find(|p| crate::fsutil::is_present(p))
 }
 
 /// Reads one split: its images' shape and the raw split.
@@ -35,7 +36,7 @@ fn read_split(dir: &Path, images: &str, labels: &str) -> Result<(InputShape, Raw
     let find = |stem: &str| {
         file_in(dir, stem).ok_or_else(|| Error::DatasetMissing {
             name: dir.display().to_string(),
-            searched: dir.display().to_string(),
+            searched: format!("{} (or {stem}.gz)", dir.join(stem).display()),
             hint: format!(
                 "the IDX format needs {} (raw or .gz) here",
                 FILES.join(", ")

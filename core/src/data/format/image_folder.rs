@@ -73,8 +73,11 @@ struct Image {
 }
 
 fn decode(path: &Path) -> Result<Image> {
-    let img = image::ImageReader::open(path)
-        .map_err(|e| Error::io(path, e))?
+    // Through the bounded read: a FIFO named `x.png` (which would block the open forever), a
+    // device, a link to nothing (`me.png -> me.png`) are refused by name.
+    let bytes = crate::fsutil::read_bounded(path, crate::fsutil::MAX_DATA_BYTES)
+        .map_err(|e| Error::io(path, e))?;
+    let img = image::ImageReader::new(std::io::Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| Error::io(path, e))?
         .decode()

@@ -293,18 +293,23 @@ fn class_names(
     // class indices (a stray 1000000 would make a head a million wide).
     let mut seen = vec![false; top + 1];
     train.labels.iter().for_each(|&l| seen[l as usize] = true);
-    let empty: Vec<usize> = (0..=top).filter(|&c| !seen[c]).collect();
-    if !empty.is_empty() {
-        let few: Vec<String> = empty.iter().take(5).map(|c| c.to_string()).collect();
+    // Counted, with the first five named: no list as long as the classes.
+    let empty = seen.iter().filter(|&&s| !s).count();
+    if empty > 0 {
+        let few: Vec<String> = (0..=top)
+            .filter(|&c| !seen[c])
+            .take(5)
+            .map(|c| c.to_string())
+            .collect();
         return Err(bad(
             dir,
             format,
             format!(
                 "labels must be the class indices 0..{}: {} of them have no training sample ({}{}); renumber the labels, or name every class in dataset.toml's class_names to keep empty classes",
                 top + 1,
-                empty.len(),
+                empty,
                 few.join(", "),
-                if empty.len() > 5 { ", …" } else { "" }
+                if empty > 5 { ", …" } else { "" }
             ),
         ));
     }
@@ -389,7 +394,30 @@ pub fn byte_images(ds: &Dataset, dir: &Path, format: &'static str) -> Result<[us
     Ok([channels, height, width])
 }
 
-/// Labels read as signed integers, checked to be in `0..2³²`.
+/// The most classes a dataset may have: a label is a class index below it. Checked as the
+/// labels are read, so that a stray label (`1000000000`) is refused at a cost that does not
+/// grow with its value, instead of sizing a per-class table or a head a billion wide.
+pub const MAX_CLASSES: u32 = 65_536;
+
+/// Why a label of value `value`, written `label`, is not a class index, if it is not one:
+/// negative, or at least [`MAX_CLASSES`].
+pub fn label_problem(label: &str, value: i128) -> Option<String> {
+    if value < 0 {
+        Some(format!(
+            "label {label} is negative; labels are class indices (0 or more)"
+        ))
+    } else if value >= i128::from(MAX_CLASSES) {
+        Some(format!(
+            "label {label} is not a class index: engram takes at most {MAX_CLASSES} classes \
+             (labels 0..{})",
+            MAX_CLASSES - 1
+        ))
+    } else {
+        None
+    }
+}
+
+/// Labels read as signed integers, checked to be class indices: in `0..`[`MAX_CLASSES`].
 ///
 /// # Errors
 /// [`Error::DataFile`] naming `path` and the first bad label.
@@ -401,15 +429,12 @@ pub fn labels_from_i64(
     labels
         .into_iter()
         .enumerate()
-        .map(|(i, l)| {
-            u32::try_from(l).map_err(|_| {
-                bad(
-                    path,
-                    format,
-                    format!("label {l} of sample {i} is not a class index (0 or more)"),
-                )
-            })
-        })
+        .map(
+            |(i, l)| match label_problem(&l.to_string(), i128::from(l)) {
+                None => Ok(l as u32),
+                Some(why) => Err(bad(path, format, format!("sample {i}: {why}"))),
+            },
+        )
         .collect()
 }
 

@@ -77,7 +77,8 @@ fn decode<R: Read>(npy: NpyFile<R>, path: &Path, labels: bool) -> Result<(Vec<us
             npy.into_vec::<u64>()
                 .map_err(io)?
                 .into_iter()
-                .map(|x| i64::try_from(x).unwrap_or(-1))
+                // Past i64: refused as above the class limit, not called negative.
+                .map(|x| i64::try_from(x).unwrap_or(i64::MAX))
                 .collect(),
         ),
         _ => {
@@ -126,9 +127,17 @@ fn source(path: &Path) -> Result<Source> {
     if path.is_file() {
         return Ok(Source::Archive(path.to_path_buf()));
     }
+    if !path.is_dir() {
+        return Err(bad(
+            path,
+            FORMAT,
+            "not a regular file or a directory (a device, a FIFO, a link to nothing): `[data] \
+             path` names the directory of the .npy files or one .npz archive",
+        ));
+    }
     if ARRAYS
         .iter()
-        .any(|a| path.join(format!("{a}.npy")).is_file())
+        .any(|a| crate::fsutil::is_present(&path.join(format!("{a}.npy"))))
     {
         return Ok(Source::Files(path.to_path_buf()));
     }
@@ -163,7 +172,7 @@ fn read_array(src: &Source, name: &str) -> Result<(PathBuf, Vec<usize>, Data)> {
     match src {
         Source::Files(dir) => {
             let path = dir.join(format!("{name}.npy"));
-            if !path.is_file() {
+            if !crate::fsutil::is_present(&path) {
                 return Err(bad(
                     &path,
                     FORMAT,
@@ -173,13 +182,17 @@ fn read_array(src: &Source, name: &str) -> Result<(PathBuf, Vec<usize>, Data)> {
                     ),
                 ));
             }
-            let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+            // A FIFO, a device or a link to nothing is refused by name before it is opened.
+            let file = crate::fsutil::open_bounded(&path, crate::fsutil::MAX_DATA_BYTES)
+                .map_err(|e| Error::io(&path, e))?;
             let npy = NpyFile::new(std::io::BufReader::new(file))
                 .map_err(|e| bad(&path, FORMAT, format!("not an NPY file: {e}")))?;
             let (shape, data) = decode(npy, &path, labels)?;
             Ok((path, shape, data))
         }
         Source::Archive(path) => {
+            crate::fsutil::check_regular(path, crate::fsutil::MAX_DATA_BYTES)
+                .map_err(|e| Error::io(path, e))?;
             let mut npz = npyz::npz::NpzArchive::open(path)
                 .map_err(|e| bad(path, FORMAT, format!("not an .npz archive: {e}")))?;
             let names: Vec<String> = npz.array_names().map(str::to_string).collect();
