@@ -39,6 +39,7 @@ fn stable(mut r: Value) -> Value {
 
 #[test]
 fn two_real_tasks_report_and_metrics() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let f = small_config(d.path(), "split.toml", "");
     let out = d.path().join("out");
@@ -138,6 +139,7 @@ fn two_real_tasks_report_and_metrics() {
 
 #[test]
 fn same_seed_same_report_and_seeds_aggregate() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let f = small_config(d.path(), "det.toml", "");
     let (a, b) = (d.path().join("a"), d.path().join("b"));
@@ -194,6 +196,7 @@ fn same_seed_same_report_and_seeds_aggregate() {
 
 #[test]
 fn joint_and_permuted_and_task_incremental() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let f = small_config(d.path(), "joint.toml", "joint = true\n");
     let o = d.path().join("joint");
@@ -356,6 +359,7 @@ fn retention_explains_itself_when_an_old_task_was_never_learned() {
 /// `aggregate.json`.
 #[test]
 fn the_library_runs_seeds_as_the_command_does() {
+    crate::util::require_fmnist!();
     use engram::core::train::trainer;
     let d = tempfile::tempdir().unwrap();
     let f = small_config(d.path(), "s.toml", "");
@@ -408,10 +412,10 @@ fn the_library_runs_seeds_as_the_command_does() {
 /// [`engram::Experiment::run_seeds`]: a program's typed experiment over several seeds.
 #[test]
 fn an_experiment_runs_several_seeds() {
+    crate::util::require_fmnist!();
     use engram::core::model::mlp::MlpParams;
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("exp");
-    let _ = crate::util::fmnist_dir();
     let outcome = engram::Experiment::new()
         .dataset_named("fashion-mnist")
         .data(|d| {

@@ -625,6 +625,7 @@ const SWEEP_KEYS: &[&str] = &[
 
 #[test]
 fn issue32_sweep_files_with_random_axes_never_panic() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     crate::util::small_config(
         d.path(),

@@ -31,6 +31,7 @@ fn attempts(out: &Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn a_directory_that_is_not_a_run_is_refused_and_left_untouched() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "c.toml", "");
     let mine = d.path().join("mine");
@@ -66,6 +67,7 @@ fn a_directory_that_is_not_a_run_is_refused_and_left_untouched() {
 
 #[test]
 fn a_run_is_replaced_only_by_a_run_that_finishes() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "c.toml", "checkpoint_every = 3\n");
     let out = d.path().join("out");
@@ -151,6 +153,7 @@ fn a_run_is_replaced_only_by_a_run_that_finishes() {
 
 #[test]
 fn an_interrupted_attempt_resumes_and_then_replaces_the_run() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "c.toml", "checkpoint_every = 3\n");
     let out = d.path().join("out");
@@ -187,6 +190,7 @@ fn an_interrupted_attempt_resumes_and_then_replaces_the_run() {
 
 #[test]
 fn a_diverged_run_keeps_its_steps_and_where_it_stopped() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     // lr = 1e30 diverges at the first step.
     let cfg = small_config(d.path(), "c.toml", "log_every = 2\n");
@@ -218,6 +222,7 @@ fn a_diverged_run_keeps_its_steps_and_where_it_stopped() {
 /// proximal update) after the general advice, and where it happened; naive's does not.
 #[test]
 fn a_divergence_names_the_strategy_keys_that_cause_it() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(
         d.path(),
@@ -257,6 +262,7 @@ fn a_divergence_names_the_strategy_keys_that_cause_it() {
 
 #[test]
 fn a_second_writer_is_refused_while_the_lock_is_held() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "c.toml", "");
     let out = d.path().join("out");
@@ -284,6 +290,7 @@ fn a_second_writer_is_refused_while_the_lock_is_held() {
 /// writer), and replaces the run only if it is still the one it was started beside.
 #[test]
 fn attempts_replace_only_their_own_run_under_its_lock() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "c.toml", "checkpoint_every = 3\n");
     // A user's directory with a run.json of their own.
@@ -333,6 +340,7 @@ fn attempts_replace_only_their_own_run_under_its_lock() {
 /// regular file only, never a link or a FIFO.
 #[test]
 fn issue32_export_refuses_existing_file() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "c.toml", "");
     let out = d.path().join("run");
@@ -420,6 +428,7 @@ fn issue32_export_refuses_existing_file() {
 /// is bad input: exit 2 with a message naming the path, and nothing written.
 #[test]
 fn issue32_bad_output_paths_are_exit_2_naming_the_path() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let cfg = small_config(d.path(), "c.toml", "");
     let file = d.path().join("a-file");

@@ -51,6 +51,7 @@ const NAMES: [&str; 4] = [
 
 #[test]
 fn a_sweep_runs_its_grid_as_single_runs_aggregates_and_resumes_after_a_kill() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let sw = sweep_file(d.path(), "[0.05, 0.02]");
     let s = sw.to_str().unwrap();
@@ -207,6 +208,7 @@ fn a_sweep_runs_its_grid_as_single_runs_aggregates_and_resumes_after_a_kill() {
 
 #[test]
 fn a_failed_run_does_not_stop_the_sweep_and_is_reported() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     // lr = 1e30 diverges at once.
     let sw = sweep_file(d.path(), "[0.05, 1e30]");
@@ -238,6 +240,7 @@ fn a_failed_run_does_not_stop_the_sweep_and_is_reported() {
 
 #[test]
 fn sweep_errors_are_placed_and_foreign_directories_are_left_alone() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     let sw = sweep_file(d.path(), "[0.05]");
     // An axis naming a key the config does not have: placed at the axis in the sweep file.
@@ -352,6 +355,7 @@ fn sweep_errors_are_placed_and_foreign_directories_are_left_alone() {
 /// report.json; a sweep file without streams is a usage error.
 #[test]
 fn bench_suite_runs_configs_by_streams_and_prints_each_stream_s_table() {
+    crate::util::require_fmnist!();
     use engram::sweep::suite::{NAIVE, PLAIN_REPLAY, RECIPE};
     let d = tempfile::tempdir().unwrap();
     let replay = "[[forgetting]]\ntype = \"replay\"\ncapacity = 100\nratio = 1.0\n";
@@ -422,6 +426,7 @@ fn bench_suite_runs_configs_by_streams_and_prints_each_stream_s_table() {
 /// `validate` and `run` refuse it as bad input, and nothing in the directory changes.
 #[test]
 fn issue32_sweep_out_empty_refused() {
+    crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
     small_config(d.path(), "base.toml", "");
     std::fs::write(d.path().join("sweep.toml"), "mine\n").unwrap();
