@@ -472,3 +472,19 @@ fn issue32_a_missing_idx_file_or_a_link_loop_is_named() {
         "{msg}"
     );
 }
+
+#[test]
+fn issue32_a_one_class_dataset_says_what_to_change() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("one");
+    std::fs::create_dir_all(&data).unwrap();
+    for f in ["train.csv", "test.csv"] {
+        std::fs::write(data.join(f), "label,a,b\n0,1,2\n0,3,4\n").unwrap();
+    }
+    let (code, msg, _) = validate(&format_config(d.path(), "csv", &data));
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("classes_per_task = 2 with 1 class: set [data] classes_per_task to 1..=1"),
+        "{msg}"
+    );
+}

@@ -191,9 +191,11 @@ fn deal(
                 _ => 2,
             };
             if cpt == 0 || cpt > order.len() {
+                let n = order.len();
                 return Err(Error::Data(format!(
-                    "classes_per_task = {cpt} with {} classes",
-                    order.len()
+                    "classes_per_task = {cpt} with {n} {}: set [data] classes_per_task to 1..={n} \
+                     (and tasks × classes_per_task to at most {n}), or use data with more classes",
+                    if n == 1 { "class" } else { "classes" }
                 )));
             }
             let tasks = cfg.tasks.unwrap_or(order.len() / cpt);
