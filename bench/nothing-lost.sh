@@ -2,7 +2,9 @@
 # Regenerates book/src/figures/nothing-lost.md: classes of bad input (mutated configs, output
 # directories holding a user's files, two writers on one --out 20 times, plugin files that are
 # not plugins, image shapes 1×1 to 64×64 and 1-D features on every built-in model, damaged
-# checkpoints and checkpoints of another config) against this build and, with OLD=path/to/engram,
+# checkpoints and checkpoints of another config, sweep files with random axes, export targets
+# that cannot be written, image-folder entries that are not files, huge labels in CSV and NPY,
+# a real plugin with one ELF section byte-patched) against this build and, with OLD=path/to/engram,
 # against an older one (the book's table uses b828a5a, the build before the "nothing lost"
 # work: `git worktree add /tmp/before b828a5a && cargo build --release --workspace` there),
 # then a diverged run's record. About 10 minutes on 2 cores with OLD, 5 without. Needs

@@ -356,10 +356,180 @@ def diverged():
     return code, {k: r[k] for k in ("status", "failure", "accuracy_matrix")}, steps
 
 
+
+# 8. Sweep files with random axes: `engram sweep validate` exits 0 or 2, never crashes.
+SWEEP_KEYS = ["optimizer.lr", "data.subsample", "train.epochs", "model.hidden", "forgetting.0.capacity",
+              "forgetting.7.lambda", "scheduler.0.type", "nothing.here", "seeds", "configs", "", "data"]
+SWEEP_VALUES = ["nan", "inf", "-1", "0", "1e308", "18446744073709551615", '""', '"x"', "[]", "{}", "true",
+                "0.05", "2", "[8]"]
+
+
+def sweeps(n=30):
+    d = fresh("sweeps")
+    write(os.path.join(d, "base.toml"), BASE)
+    rng = random.Random(8)
+    cases = []
+    for _ in range(n):
+        text = '[sweep]\nbase = "base.toml"\n' + ("seeds = [0]\n" if rng.random() < 0.5 else "")
+        for _ in range(rng.randint(0, 3)):
+            vals = ", ".join(rng.choice(SWEEP_VALUES) for _ in range(rng.randint(0, 2)))
+            text += json.dumps(rng.choice(SWEEP_KEYS)) + f" = [{vals}]\n"
+        cases.append(text)
+    for which, binary in binaries():
+        for i, text in enumerate(cases):
+            f = write(os.path.join(d, f"s{i}.toml"), text)
+            code, out, _ = run(binary, ["sweep", "validate", f], timeout=120)
+            bad = crashed(code, out) or code == 124
+            T.add("sweep files (random axes, `sweep validate`)", which, 1, bad, 0, not bad and code not in (0, 2))
+
+
+# 9. Export targets that cannot be written: refused with exit 2, nothing of the user's lost.
+def exports():
+    for which, binary in binaries():
+        d = fresh(f"export-{which}")
+        user = os.path.join(d, "mine")
+        write(os.path.join(user, "notes.txt"), "mine")
+        afile = write(os.path.join(d, "a-file"), "mine")
+        fifo = os.path.join(d, "fifo")
+        os.mkfifo(fifo)
+        loop = os.path.join(d, "loop")
+        os.symlink(loop, loop)
+        # (A read-only directory is not among them: the bench runs as root, who may write there.)
+        targets = [user, afile, os.path.join(afile, "sub"), "/dev/null", fifo, loop, "/proc/engram-export"]
+        for t in targets:
+            before = {**tree(user), **{"a-file": tree(d).get("a-file")}}
+            code, out, _ = run(binary, ["data", "export", "fashion-mnist", "--format", "npy", "--out", t], timeout=120)
+            after = {**tree(user), **{"a-file": tree(d).get("a-file")}}
+            bad = crashed(code, out) or code == 124
+            T.add("export targets (existing, a file, under a file, a device, a FIFO, a loop, /proc)", which, 1,
+                  bad, bool(lost(before, after)), not bad and code != 2)
+
+
+def tiny_images(root):
+    """A 2-class image folder of 4×4 gray PNGs written by engram itself (CSV → image-folder)."""
+    src = os.path.join(root, "csv")
+    rows = "label," + ",".join(f"x{i}" for i in range(16)) + "\n"
+    for k in range(8):
+        rows += f"{k % 2}," + ",".join(str((k * 37 + i * 11) % 256) for i in range(16)) + "\n"
+    write(os.path.join(src, "train.csv"), rows)
+    write(os.path.join(src, "test.csv"), rows)
+    write(os.path.join(src, "dataset.toml"), "shape = [1, 4, 4]\n")
+    out = os.path.join(root, "img")
+    subprocess.run([NEW, "data", "export", "x", "--from", "csv", "--path", src, "--format", "image-folder",
+                    "--out", out], capture_output=True)
+    return out
+
+
+def format_config(path, fmt, data):
+    return write(path, f'[data]\nformat = "{fmt}"\npath = "{data}"\ntasks = 1\nclasses_per_task = 2\n'
+                       '[model]\ntype = "mlp"\nhidden = [8]\n')
+
+
+# 10. Image-folder entries that are not files: refused by name (or read), never a hang.
+def image_non_files():
+    for which, binary in binaries():
+        d = fresh(f"images-{which}")
+        seed = tiny_images(d)
+        for kind in ["fifo", "dangling", "loop", "directory"]:
+            case = os.path.join(d, kind)
+            shutil.copytree(seed, case)
+            cls = sorted(os.listdir(os.path.join(case, "train")))[0]
+            at = os.path.join(case, "train", cls, "x.png")
+            if kind == "fifo":
+                os.mkfifo(at)
+            elif kind == "dangling":
+                os.symlink(os.path.join(case, "absent.png"), at)
+            elif kind == "loop":
+                os.symlink(at, at)
+            else:
+                os.makedirs(at)
+            cfg = format_config(os.path.join(d, f"{kind}.toml"), "image-folder", case)
+            code, out, _ = run(binary, ["validate", cfg], timeout=30)
+            bad = crashed(code, out) or code == 124
+            right = code == 0 or (code == 2 and at in out)
+            T.add("image-folder entries that are not files", which, 1, bad, 0, not bad and not right)
+
+
+def npy(path, descr, shape, data):
+    dims = ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "")
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': ({dims}), }}"
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data)
+
+
+# 11. Huge labels (CSV and NPY), under a 2 GiB address-space limit: refused by name, cheaply.
+def huge_labels():
+    for which, binary in binaries():
+        d = fresh(f"labels-{which}")
+        cases = []
+        for i, label in enumerate(["1000000000", "200000000", "99999999999999999999999", "-1"]):
+            data = os.path.join(d, f"csv{i}")
+            write(os.path.join(data, "train.csv"), f"label,a,b\n0,1,2\n1,3,4\n{label},5,6\n")
+            write(os.path.join(data, "test.csv"), "label,a,b\n0,1,2\n1,3,4\n")
+            cases.append((format_config(os.path.join(d, f"csv{i}.toml"), "csv", data), "train.csv"))
+        for i, label in enumerate([3_000_000_000, 2**63 - 1, 2**32 - 1, 2**31, -1]):
+            data = os.path.join(d, f"npy{i}")
+            os.makedirs(data)
+            for x in ("train_x", "test_x"):
+                npy(os.path.join(data, f"{x}.npy"), "|u1", [4, 2], bytes(range(8)))
+            npy(os.path.join(data, "train_y.npy"), "<i8", [4], struct.pack("<4q", 0, 1, label, 1))
+            npy(os.path.join(data, "test_y.npy"), "<i8", [4], struct.pack("<4q", 0, 1, 0, 1))
+            cases.append((format_config(os.path.join(d, f"npy{i}.toml"), "npy", data), "train_y.npy"))
+        for cfg, file in cases:
+            code, out, _ = run(binary, ["validate", cfg], timeout=120, limit_kb=2 << 20)
+            bad = crashed(code, out) or code == 124
+            T.add("huge labels (CSV, NPY)", which, 1, bad, 0, not bad and not (code == 2 and file in out))
+
+
+# 12. A real plugin with one section byte-patched (its declaration intact): `list --plugin`.
+def patched_plugins():
+    real = os.path.join(os.path.dirname(NEW), "libengram_plugin_fixture.so")
+    if not os.path.exists(real):
+        return
+    data = open(real, "rb").read()
+    sections = elf_sections(data)
+    d = fresh("patched-plugins")
+    rng = random.Random(12)
+    cases = []
+    for name, off, size in sections:
+        if name in ("", ".engram_plugin", ".bss") or size == 0:
+            continue
+        b = bytearray(data)
+        b[off:off + size] = rng.randbytes(size)
+        p = os.path.join(d, f"lib{name.strip('.').replace('.', '_')}.so")
+        open(p, "wb").write(bytes(b))
+        cases.append(p)
+    for which, binary in binaries():
+        for p in cases:
+            code, out, _ = run(binary, ["list", "--plugin", p], timeout=120, limit_kb=2 << 20)
+            bad = crashed(code, out) or code == 124 or code >= 128
+            T.add("plugins byte-patched (one ELF section, declaration intact)", which, 1, bad, 0,
+                  not bad and code not in (0, 2))
+
+
+def elf_sections(data):
+    """(name, file offset, size) of every section of a 64-bit little-endian ELF file with file
+    contents (not NOBITS)."""
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    stroff = heads[shstrndx][4]
+    out = []
+    for h in heads:
+        name_off, typ, off, size = h[0], h[1], h[4], h[5]
+        if typ == 8:  # SHT_NOBITS
+            continue
+        end = data.index(b"\0", stroff + name_off)
+        out.append((data[stroff + name_off:end].decode(), off, size))
+    return out
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     t0 = time.time()
     configs(); out_dirs(); race(); plugins(); shapes(); checkpoints()
+    sweeps(); exports(); image_non_files(); huge_labels(); patched_plugins()
     code, rep, steps = diverged()
     acc_rows = accumulation()
     el = time.time() - t0
@@ -380,7 +550,9 @@ def main():
     print("signal or a timeout; *lost a file*: a file that was there before the command is gone or changed;")
     print("*wrong outcome*: an error without the file's position, exit 0 with a mixed directory (a report beside")
     print("another run's config), a plugin file read past 512 MiB, or a checkpoint of another config")
-    print("accepted. " + "; ".join(NOTES) + ".")
+    print("accepted; a sweep file, an image-folder entry, a huge label or a patched plugin that ends in another")
+    print("exit code than 0 or 2 (for a label or an image entry: exit 2 not naming the file; for an export target:")
+    print("not exit 2). " + "; ".join(NOTES) + ".")
     print()
     print(f"A diverged run (`examples/split-fmnist.toml`, `--set optimizer.lr=3.0`, 2,000 samples a task) exits {code}")
     print("and keeps its record; `report.json`:\n")
