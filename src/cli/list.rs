@@ -4,6 +4,7 @@ use super::Cli;
 use clap::Args;
 use engram::core::Result;
 use engram::core::registry::Registry;
+use engram::report::{RegistryFormat, registry_text};
 
 #[derive(Args)]
 pub struct ListArgs {
@@ -15,37 +16,14 @@ pub struct ListArgs {
 /// `engram list`: every registration (as a table, or JSON with `--json`), then the loaded
 /// plugins.
 pub fn list(cli: &Cli, registry: &Registry, args: &ListArgs) -> Result<()> {
+    let format = if args.json {
+        RegistryFormat::Json
+    } else {
+        RegistryFormat::List
+    };
+    print!("{}", registry_text(registry, format));
     if args.json {
-        let v: Vec<_> = registry
-            .entries()
-            .iter()
-            .map(|e| {
-                serde_json::json!({
-                    "name": e.registration.name,
-                    "kind": e.registration.factory.kind(),
-                    "summary": e.registration.summary,
-                    "defaults": (e.registration.defaults)(),
-                    "origin": e.origin.to_string(),
-                })
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
-    }
-    let mut kind = None;
-    for e in registry.entries() {
-        let k = e.registration.factory.kind();
-        if kind != Some(k) {
-            println!("[{}]", k.list());
-            kind = Some(k);
-        }
-        println!(
-            "  {:<12} {}  ({})",
-            e.registration.name, e.registration.summary, e.origin
-        );
-        for (key, value) in (e.registration.defaults)() {
-            println!("      {key} = {value}");
-        }
     }
     if !cli.quiet {
         for p in registry.plugins() {
