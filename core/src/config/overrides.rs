@@ -121,21 +121,7 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                 "write --set train.epochs=3",
             )
         })?;
-        let v = value.trim();
-        let value: toml_edit::Value = match v.parse() {
-            Ok(value) => value,
-            // A bare word or path is taken as a string: --set run.device=cpu. Anything else
-            // that is not TOML (`.05`, `1e400`, a comment) is an error rather than a string
-            // that a type check would then reject with a misleading hint.
-            Err(_) if is_bare_string(v) => toml_edit::Value::from(v),
-            Err(_) => {
-                return Err(bad(
-                    format!("--set `{set}`: `{v}` is not a TOML value"),
-                    "a number needs a digit before its point (0.05) and must fit in 64 bits; a \
-                     string can be quoted (\"cpu\"); no comments",
-                ));
-            }
-        };
+        let value = override_value(set, value.trim()).map_err(|(m, h)| bad(m, h))?;
         if key.trim().is_empty() || key.split('.').any(|p| p.trim().is_empty()) {
             return Err(bad(
                 format!("--set `{set}` has an empty key"),
@@ -212,27 +198,45 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                 i += 1;
             }
         }
-        match table.get(last) {
-            Some(item) if item.is_table() || item.is_array_of_tables() => {
-                let whole = if path.is_empty() {
-                    last.to_string()
-                } else {
-                    format!("{}.{last}", path.join("."))
-                };
-                return Err(bad(
-                    format!(
-                        "--set `{set}`: `{whole}` is a section of the file; replacing it whole \
-                         would drop the keys it has"
-                    ),
-                    &format!("set its keys one by one: --set {whole}.KEY=VALUE"),
-                ));
-            }
-            _ => {
-                table.insert(last, toml_edit::Item::Value(value));
-            }
+        if let Some(item) = table.get(last)
+            && (item.is_table() || item.is_array_of_tables())
+        {
+            let whole = if path.is_empty() {
+                last.to_string()
+            } else {
+                format!("{}.{last}", path.join("."))
+            };
+            return Err(bad(
+                format!(
+                    "--set `{set}`: `{whole}` is a section of the file; replacing it whole \
+                     would drop the keys it has"
+                ),
+                &format!("set its keys one by one: --set {whole}.KEY=VALUE"),
+            ));
         }
+        table.insert(last, toml_edit::Item::Value(value));
     }
     Ok(doc.to_string())
+}
+
+/// The TOML value of override `set` (its text after `=`, trimmed: `v`), or the message and
+/// hint of the error that refuses it.
+fn override_value(
+    set: &str,
+    v: &str,
+) -> std::result::Result<toml_edit::Value, (String, &'static str)> {
+    match v.parse() {
+        Ok(value) => Ok(value),
+        // A bare word or path is taken as a string: --set run.device=cpu. Anything else that is
+        // not TOML (`.05`, `1e400`, a comment) is an error rather than a string that a type
+        // check would then reject with a misleading hint.
+        Err(_) if is_bare_string(v) => Ok(toml_edit::Value::from(v)),
+        Err(_) => Err((
+            format!("--set `{set}`: `{v}` is not a TOML value"),
+            "a number needs a digit before its point (0.05) and must fit in 64 bits; a string \
+             can be quoted (\"cpu\"); no comments",
+        )),
+    }
 }
 
 /// Whether an override's value that is not TOML may be taken as a string: a bare word or
