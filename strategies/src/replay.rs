@@ -69,6 +69,7 @@ pub use params::{Allocation, Balance, Classifier, ReplayParams, Score, Selection
 pub use selection::{herding_order, select};
 
 use engram_core::burn::tensor::{Device, Tensor};
+use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, Part, SampleRef};
 use engram_core::model::Model;
@@ -371,6 +372,17 @@ impl ForgettingStrategy for Replay {
 
 fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn ForgettingStrategy>> {
     let p: ReplayParams = src.parse()?;
+    // The memory keeps a sample's class in a byte (`Slot::class`) and counts classes in
+    // 256-entry tables: a wider label space is refused here, never truncated or a panic.
+    if cx.num_classes > 256 {
+        return Err(Error::Strategy {
+            strategy: ReplayParams::NAME.into(),
+            message: format!(
+                "the data has {} classes; replay's memory holds at most 256",
+                cx.num_classes
+            ),
+        });
+    }
     Ok(Box::new(Replay::new(p, cx.num_tasks, Some(src))?))
 }
 
@@ -385,6 +397,25 @@ engram_core::component!(forgetting "replay", "experience replay: one shared memo
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn issue32_more_than_256_classes_are_refused_at_build() {
+        let src = ParamSource::from_toml("capacity = 50");
+        let cx = BuildContext {
+            num_tasks: 2,
+            num_classes: 300,
+            ..BuildContext::default()
+        };
+        let e = super::build(&src, &cx)
+            .err()
+            .expect("300 classes are refused");
+        assert!(e.to_string().contains("at most 256"), "{e}");
+        let ok = BuildContext {
+            num_classes: 256,
+            ..cx
+        };
+        assert!(super::build(&src, &ok).is_ok());
+    }
+
     use super::*;
     use engram_core::data::stream::Stream;
 
