@@ -207,7 +207,7 @@ pub fn claim(out: &Path, overwrite: bool) -> Result<Claim> {
     if let Holds::Foreign(names) = holds(out) {
         return Err(foreign(out, &names));
     }
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    std::fs::create_dir_all(out).map_err(|e| crate::outpath::cannot_create("--out", out, e))?;
     let lock = take(out)?;
     finish_swap(out)?;
     // Decided under the lock: another process may have written a run meanwhile.

@@ -34,6 +34,18 @@ fn usage(flag: &str, path: &Path, why: impl std::fmt::Display) -> Error {
     Error::Usage(format!("{flag} {}: {why}", path.display()))
 }
 
+/// `path` (named with `flag`) could not be created although its checks passed: a place where
+/// nothing can be made (`/proc`, `/sys`, a read-only or permission-less folder). The user's
+/// choice, so bad input (exit 2) naming the flag; used by every writer here and by
+/// [`crate::outdir::claim`].
+pub fn cannot_create(flag: &str, path: &Path, e: std::io::Error) -> Error {
+    usage(
+        flag,
+        path,
+        format!("cannot be created there ({e}); choose another path"),
+    )
+}
+
 /// Whether `e` is `ELOOP` (too many levels of symbolic links; `ErrorKind::FilesystemLoop` is
 /// not stable yet).
 fn is_loop(e: &std::io::Error) -> bool {
@@ -169,8 +181,9 @@ fn parent_of(path: &Path) -> PathBuf {
 struct Temp(PathBuf);
 
 impl Temp {
-    /// Creates an empty `dir/.engram-tmp-<pid>-<n>` of its own (`O_EXCL`).
-    fn new(dir: &Path) -> Result<Self> {
+    /// Creates an empty `dir/.engram-tmp-<pid>-<n>` of its own (`O_EXCL`) for `target`, named
+    /// by the user with `flag`.
+    fn new(dir: &Path, flag: &str, target: &Path) -> Result<Self> {
         use std::os::unix::fs::OpenOptionsExt;
         static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         loop {
@@ -187,7 +200,7 @@ impl Temp {
             {
                 Ok(_) => return Ok(Self(p)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::io(dir, e)),
+                Err(e) => return Err(cannot_create(flag, target, e)),
             }
         }
     }
@@ -236,7 +249,8 @@ fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
 /// # Errors
 /// As [`check_file`], before `write` runs; `write`'s error (the temporary file is removed);
 /// [`Error::Usage`] when a file appeared at `path` meanwhile (without `--overwrite`);
-/// [`Error::Io`] when the temporary file cannot be created, synced or renamed.
+/// [`Error::Usage`] ([`cannot_create`]) when no file can be created beside `path`;
+/// [`Error::Io`] when the temporary file cannot be synced or renamed.
 pub fn write_file_with(
     path: &Path,
     flag: &str,
@@ -244,7 +258,7 @@ pub fn write_file_with(
     write: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<()> {
     check_file(path, flag, existing)?;
-    let tmp = Temp::new(&parent_of(path))?;
+    let tmp = Temp::new(&parent_of(path), flag, path)?;
     write(&tmp.0)?;
     {
         use std::os::unix::fs::PermissionsExt;
@@ -325,10 +339,10 @@ pub fn check_dir(path: &Path, flag: &str) -> Result<()> {
 /// [`check_dir`], then creates `path` with its parents when absent.
 ///
 /// # Errors
-/// As [`check_dir`]; [`Error::Io`] when it cannot be created.
+/// As [`check_dir`]; [`Error::Usage`] ([`cannot_create`]) when it cannot be created.
 pub fn ensure_dir(path: &Path, flag: &str) -> Result<()> {
     check_dir(path, flag)?;
-    std::fs::create_dir_all(path).map_err(|e| Error::io(path, e))
+    std::fs::create_dir_all(path).map_err(|e| cannot_create(flag, path, e))
 }
 
 #[cfg(test)]

@@ -406,7 +406,7 @@ impl Manifest {
     /// [`Error::Usage`] when `dir` is empty (`--out ""`), a file, a dangling link or under a
     /// file ([`crate::outpath::check_dir`]); [`Error::ConfigFile`] when it holds other files and
     /// no grid manifest (it is not a sweep's: nothing in it is touched), or holds a sweep that defines a run of the
-    /// same name differently; [`Error::Io`] when it cannot be written.
+    /// same name differently; [`Error::Usage`] when nothing can be created in it; [`Error::Io`] when a write fails.
     pub fn install(&self, dir: &Path, sweep_source: &str) -> Result<()> {
         // The one rule for user-named paths (`crate::outpath`): an empty path (which would
         // put the sweep's files into the current directory over the user's own), a file, a
@@ -425,7 +425,8 @@ impl Manifest {
         }
         for sub in ["state", "logs"] {
             let p = dir.join(sub);
-            std::fs::create_dir_all(&p).map_err(|e| Error::io(&p, e))?;
+            std::fs::create_dir_all(&p)
+                .map_err(|e| crate::outpath::cannot_create("--out", dir, e))?;
         }
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::Other(e.to_string()))?;
         engram_core::fsutil::write_atomic(&dir.join(MANIFEST), &bytes)?;

@@ -451,6 +451,25 @@ fn issue32_bad_output_paths_are_exit_2_naming_the_path() {
     }
     assert!(!d.path().join("absent").exists());
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+    // A directory where nothing can be created (`/proc` takes no new entries, even as root):
+    // every writer says so naming its flag, exit 2, instead of a raw OS error with exit 1.
+    let (code, msg) = run_to(&cfg, Path::new("/proc/engram-out"), &["-q"], &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("--out /proc/engram-out: cannot be created"),
+        "{msg}"
+    );
+    let (code, msg) = run(&[
+        "data",
+        "export",
+        "fashion-mnist",
+        "--format",
+        "csv",
+        "--out",
+        "/proc/engram-x",
+    ]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("--out /proc/engram-x: cannot create"), "{msg}");
     // `compare --plots FILE`: the table is printed, the figure refused by name.
     let out = d.path().join("run");
     let (code, msg) = run_to(&cfg, &out, &["-q"], &[]);
@@ -467,4 +486,15 @@ fn issue32_bad_output_paths_are_exit_2_naming_the_path() {
         "{msg}"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+    let (code, msg) = run(&[
+        "export",
+        out.to_str().unwrap(),
+        "--safetensors",
+        "/proc/engram.safetensors",
+    ]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("--safetensors /proc/engram.safetensors: cannot be created"),
+        "{msg}"
+    );
 }

@@ -456,11 +456,20 @@ pub fn export(ds: &Dataset, out: &Path, write: crate::data::DatasetWriter) -> Re
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    // The parent is the user's choice: a place where no directory can be made (`/proc`, a
+    // read-only or permission-less folder) is bad input that names --out, not a failure.
+    let unwritable = |e: std::io::Error| {
+        Error::Usage(format!(
+            "--out {}: cannot create a directory in {} ({e}); choose another --out",
+            out.display(),
+            parent.display()
+        ))
+    };
+    std::fs::create_dir_all(parent).map_err(unwritable)?;
     let tmp = tempfile::Builder::new()
         .prefix(".engram-export-")
         .tempdir_in(parent)
-        .map_err(|e| Error::io(parent, e))?;
+        .map_err(unwritable)?;
     write(ds, tmp.path())?;
     Meta::of(ds).write(tmp.path())?;
     let staged = tmp.keep();
