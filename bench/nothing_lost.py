@@ -7,7 +7,7 @@ book/src/figures/nothing-lost.md. Called by bench/nothing-lost.sh, which says ho
 
 Everything is seeded: the same binaries give the same table. Work happens under $WORK.
 """
-import gzip, hashlib, json, os, random, shutil, struct, subprocess, sys, time
+import gzip, hashlib, json, os, random, shutil, stat, struct, subprocess, sys, time
 
 NEW = os.path.abspath(sys.argv[1])
 OLD = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else None
@@ -403,6 +403,22 @@ def exports():
             bad = crashed(code, out) or code == 124
             T.add("export targets (existing, a file, under a file, a device, a FIFO, a loop, /proc)", which, 1,
                   bad, bool(lost(before, after)), not bad and code != 2)
+        # `export RUN --safetensors FILE` onto the same kinds of target (a user's file must survive).
+        run_dir = os.path.join(d, "run")
+        run(binary, ["run", "examples/split-fmnist.toml", "--out", run_dir, "--quiet", "--set", "data.subsample=500"],
+            timeout=300)
+        # The device is a private copy of /dev/null (root may mknod): an old build turns the
+        # target into a regular file, which must not happen to the machine's own /dev/null.
+        dev = os.path.join(d, "null")
+        os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        for t in [afile, os.path.join(afile, "sub"), dev, fifo, loop, "/proc/engram.safetensors"]:
+            before = {"a-file": tree(d).get("a-file")}
+            code, out, _ = run(binary, ["export", run_dir, "--safetensors", t], timeout=120)
+            after = {"a-file": tree(d).get("a-file")}
+            dev_lost = not stat.S_ISCHR(os.lstat(dev).st_mode) or not stat.S_ISFIFO(os.lstat(fifo).st_mode)
+            bad = crashed(code, out) or code == 124
+            T.add("`export --safetensors` targets (a file, under a file, a device, a FIFO, a loop, /proc)", which, 1,
+                  bad, bool(lost(before, after)) or dev_lost, not bad and code != 2)
 
 
 def tiny_images(root):
@@ -484,23 +500,24 @@ def huge_labels():
 
 # 12. A real plugin with one section byte-patched (its declaration intact): `list --plugin`.
 def patched_plugins():
-    real = os.path.join(os.path.dirname(NEW), "libengram_plugin_fixture.so")
-    if not os.path.exists(real):
-        return
-    data = open(real, "rb").read()
-    sections = elf_sections(data)
-    d = fresh("patched-plugins")
-    rng = random.Random(12)
-    cases = []
-    for name, off, size in sections:
-        if name in ("", ".engram_plugin", ".bss") or size == 0:
-            continue
-        b = bytearray(data)
-        b[off:off + size] = rng.randbytes(size)
-        p = os.path.join(d, f"lib{name.strip('.').replace('.', '_')}.so")
-        open(p, "wb").write(bytes(b))
-        cases.append(p)
+    """Each build patches its own fixture plugin (a plugin of another build is refused by its
+    declaration before any of its code is mapped, which would test nothing)."""
     for which, binary in binaries():
+        real = os.path.join(os.path.dirname(binary), "libengram_plugin_fixture.so")
+        if not os.path.exists(real):
+            continue
+        data = open(real, "rb").read()
+        d = fresh(f"patched-plugins-{which}")
+        rng = random.Random(12)
+        cases = []
+        for name, off, size in elf_sections(data):
+            if name in ("", ".engram_plugin", ".bss") or size == 0:
+                continue
+            b = bytearray(data)
+            b[off:off + size] = rng.randbytes(size)
+            p = os.path.join(d, f"lib{name.strip('.').replace('.', '_')}.so")
+            open(p, "wb").write(bytes(b))
+            cases.append(p)
         for p in cases:
             code, out, _ = run(binary, ["list", "--plugin", p], timeout=120, limit_kb=2 << 20)
             bad = crashed(code, out) or code == 124 or code >= 128
@@ -553,6 +570,9 @@ def main():
     print("accepted; a sweep file, an image-folder entry, a huge label or a patched plugin that ends in another")
     print("exit code than 0 or 2 (for a label or an image entry: exit 2 not naming the file; for an export target:")
     print("not exit 2). " + "; ".join(NOTES) + ".")
+    if OLD:
+        print()
+        print(f"*before*: {os.environ.get('OLD_NAME', 'an older build')}.")
     print()
     print(f"A diverged run (`examples/split-fmnist.toml`, `--set optimizer.lr=3.0`, 2,000 samples a task) exits {code}")
     print("and keeps its record; `report.json`:\n")
