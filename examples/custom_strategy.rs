@@ -15,10 +15,11 @@
 
 // ANCHOR: imports
 use engram::core::burn::tensor::{Device, Tensor};
+use engram::core::component::Component;
 use engram::core::config::ParamSource;
 use engram::core::model::Model;
 use engram::core::model::mlp::{ActivationKind, build_mlp};
-use engram::core::registry::{BuildContext, Factory, Kind, Origin, Registration};
+use engram::core::registry::{BuildContext, Factory, Kind, Origin};
 use engram::core::strategy::{
     BatchContext, ForgettingStrategy, StateTensor, StrategyState, TaskContext,
 };
@@ -82,7 +83,7 @@ impl L2Anchor {
 
 impl ForgettingStrategy for L2Anchor {
     fn name(&self) -> &str {
-        "l2-anchor"
+        L2AnchorParams::NAME
     }
 
     /// The trainer adds this to the task loss at every step. `reg_scale` is the schedulers'
@@ -139,8 +140,9 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
     }))
 }
 
-/// The registration: a name, a summary, the defaults' type and the factory.
-pub const L2_ANCHOR: Registration = engram::core::registration!(forgetting "l2-anchor", "pull every parameter towards its value after the previous task (L2)", L2AnchorParams, build);
+// The one declaration: kind and name, summary, the keys' type (for the defaults) and the
+// factory become the registration `L2_ANCHOR` and `L2AnchorParams::NAME`.
+engram::core::component!(pub const L2_ANCHOR = forgetting "l2-anchor", "pull every parameter towards its value after the previous task (L2)", L2AnchorParams, build);
 // ANCHOR_END: register
 
 // ANCHOR: main
@@ -149,7 +151,7 @@ fn main() -> Result<()> {
     let mut registry = engram::registry();
     registry.add(L2_ANCHOR, Origin::Builtin)?;
     let entry = registry
-        .get(Kind::Forgetting, "l2-anchor")
+        .get(Kind::Forgetting, L2AnchorParams::NAME)
         .ok_or_else(|| Error::Other("l2-anchor is not registered".into()))?;
     println!(
         "{}: {}",

@@ -16,9 +16,10 @@ use engram::core::burn::nn::conv::{Conv2d, Conv2dConfig};
 use engram::core::burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use engram::core::burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use engram::core::burn::tensor::{Device, activation::relu};
+use engram::core::component::Component;
 use engram::core::config::{LoadedConfig, ParamSource};
 use engram::core::model::{Activation, Block, DynBlock, ForwardCtx, Model, ModelContext};
-use engram::core::registry::{Origin, Registration};
+use engram::core::registry::Origin;
 use engram::core::train::trainer::{RunOptions, prepare, run};
 use engram::core::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -80,7 +81,7 @@ fn build(src: &ParamSource, cx: &ModelContext, device: &Device) -> Result<Model>
     if p.channels == 0 || p.channels > 256 {
         return Err(src.key_error("channels", "channels must be 1 to 256".into(), None));
     }
-    let (c, side) = cx.square_side(src, "tiny-conv")?;
+    let (c, side) = cx.square_side(src, TinyConvParams::NAME)?;
     cx.seed_device(device); // Burn's layers initialise from the device's RNG
     let blocks = vec![
         DynBlock::new(ConvStage {
@@ -98,8 +99,9 @@ fn build(src: &ParamSource, cx: &ModelContext, device: &Device) -> Result<Model>
     Ok(Model::new(blocks, cx.num_classes))
 }
 
-/// The registration: kind, name, summary, the keys' type (for the defaults) and the factory.
-pub const TINY_CONV: Registration = engram::core::registration!(model "tiny-conv", "one conv stage and a linear head (the book's example)", TinyConvParams, build);
+// The one declaration: kind and name, summary, the keys' type (for the defaults) and the
+// factory become the registration `TINY_CONV` and `TinyConvParams::NAME`.
+engram::core::component!(pub const TINY_CONV = model "tiny-conv", "one conv stage and a linear head (the book's example)", TinyConvParams, build);
 // ANCHOR_END: factory
 
 // ANCHOR: main

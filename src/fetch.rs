@@ -4,7 +4,8 @@
 //! against the SHA-256 of its decompressed content where the dataset pins one
 //! ([`DatasetSpec::sha256`]), and only then written, atomically, into the target directory.
 
-use engram_core::data::dataset::{DatasetSpec, FILES};
+use engram_core::data::catalog::DatasetSpec;
+use engram_core::data::format::idx::FILES;
 use engram_core::data::idx::parse_idx;
 use engram_core::fsutil::write_atomic;
 use engram_core::{Error, Result};

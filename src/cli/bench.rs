@@ -1,13 +1,22 @@
 //! `engram bench memory|throughput|suite`: benchmarks that print figures.
 
 use super::{Cli, device_help};
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use engram::bench::BenchModel;
 use engram::core::registry::Registry;
 use engram::core::{Error, Result};
 use engram::strategies::amp::Precision;
 use std::path::{Path, PathBuf};
 
+/// `engram bench`'s arguments: one of its subcommands.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+/// `engram bench`'s subcommands.
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// Peak memory and step time of the memory strategies (standard, checkpoint, amp,
@@ -87,8 +96,8 @@ pub enum BenchCommand {
 }
 
 /// `engram bench …`.
-pub fn bench(cli: &Cli, registry: &Registry, command: &BenchCommand) -> Result<()> {
-    match command {
+pub fn bench(cli: &Cli, registry: &Registry, args: &BenchArgs) -> Result<()> {
+    match &args.command {
         BenchCommand::Memory {
             model,
             batch,

@@ -1,12 +1,21 @@
 //! `engram data fetch|export`: dataset tools.
 
 use super::Cli;
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use engram::core::Result;
-use engram::core::data::dataset;
+use engram::core::data::catalog;
 use engram::core::registry::Registry;
 use std::path::PathBuf;
 
+/// `engram data`'s arguments: one of its subcommands.
+#[derive(Args)]
+pub struct DataArgs {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: DataCommand,
+}
+
+/// `engram data`'s subcommands.
 #[derive(Subcommand)]
 pub enum DataCommand {
     /// Download a dataset's official files and verify them.
@@ -45,13 +54,13 @@ pub enum DataCommand {
 }
 
 /// `engram data …`.
-pub fn data(cli: &Cli, registry: &Registry, command: &DataCommand) -> Result<()> {
-    match command {
+pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
+    match &args.command {
         DataCommand::Fetch { name, dir, url } => {
-            let spec = dataset::spec(name)?;
+            let spec = catalog::spec(name)?;
             let dir = dir
                 .clone()
-                .unwrap_or_else(|| dataset::data_root().join(name));
+                .unwrap_or_else(|| catalog::data_root().join(name));
             let url = url.clone().unwrap_or_else(|| spec.base_url.to_string());
             let files = engram::fetch::fetch(spec, &url, &dir, None)?;
             if !cli.quiet {

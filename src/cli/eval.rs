@@ -7,6 +7,7 @@ use engram::core::registry::Registry;
 use engram::core::train::trainer;
 use std::path::PathBuf;
 
+/// `engram eval`'s arguments.
 #[derive(Args)]
 pub struct EvalArgs {
     /// A run's output directory (newest checkpoint) or OUT/checkpoints/step-N.
@@ -24,7 +25,7 @@ pub struct EvalArgs {
 
 /// `engram eval`: each task's accuracy (and with `--confusion` the confusion matrix) of the
 /// checkpoint's model, as a table or one JSON line.
-pub fn eval(registry: &Registry, args: &EvalArgs) -> Result<()> {
+pub fn eval(_cli: &super::Cli, registry: &Registry, args: &EvalArgs) -> Result<()> {
     let (p, model, progress) =
         trainer::load_checkpoint_model(&args.checkpoint, registry, args.device.as_deref())?;
     let seen = progress.round.saturating_sub(1);

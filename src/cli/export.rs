@@ -9,6 +9,7 @@ use engram::core::{Error, Result};
 use engram::outpath::Existing;
 use std::path::{Path, PathBuf};
 
+/// `engram export`'s arguments.
 #[derive(Args)]
 pub struct ExportArgs {
     /// A run's output directory (newest checkpoint) or OUT/checkpoints/step-N.

@@ -6,6 +6,7 @@ use engram::core::Result;
 use engram::core::registry::Registry;
 use engram::report::{RegistryFormat, registry_text};
 
+/// `engram list`'s arguments.
 #[derive(Args)]
 pub struct ListArgs {
     /// Machine-readable output.

@@ -5,6 +5,7 @@
 //! used), `1` any other failure ([`engram::core::Error::exit_code`]).
 
 pub mod bench;
+pub mod compare;
 pub mod data;
 pub mod eval;
 pub mod export;
@@ -43,42 +44,54 @@ pub struct Cli {
     pub plugins: Vec<PathBuf>,
 }
 
-#[derive(Subcommand)]
-pub enum Command {
+/// The subcommands, one line each: `Variant(module::Args) => module::function`, the doc
+/// comment above it being the command's `--help` line. From this one list the macro makes
+/// [`Command`] (clap's subcommands) and [`dispatch`]'s mapping. Adding a command is one file
+/// under `src/cli/` (its clap `Args` struct and its function
+/// `fn(&Cli, &Registry, &Args) -> Result<()>`), its `pub mod` line above and its line here.
+macro_rules! commands {
+    ($($(#[$doc:meta])* $variant:ident($args:ty) => $function:path,)+) => {
+        /// The subcommands ([`commands!`]'s list).
+        #[derive(Subcommand)]
+        pub enum Command {
+            $($(#[$doc])* $variant($args),)+
+        }
+
+        /// Calls the function of the command `cli` names.
+        fn call(cli: &Cli, registry: &Registry) -> Result<()> {
+            match &cli.command {
+                $(Command::$variant(args) => $function(cli, registry, args),)+
+            }
+        }
+    };
+}
+
+commands! {
     /// Run an experiment: train on the stream, evaluate, write report.json.
-    Run(run::RunArgs),
+    Run(run::RunArgs) => run::run,
     /// Evaluate a checkpoint's model on every task of its stream.
-    Eval(eval::EvalArgs),
+    Eval(eval::EvalArgs) => eval::eval,
     /// Write a checkpoint's weights for other tools.
-    Export(export::ExportArgs),
+    Export(export::ExportArgs) => export::export,
     /// Continue a killed or interrupted run from its newest valid checkpoint (a `--seeds`
     /// directory: every unfinished seed, then the aggregate).
-    Resume(resume::ResumeArgs),
+    Resume(resume::ResumeArgs) => resume::resume,
     /// Check a config (syntax, keys, strategies, dataset) without running it.
-    Validate(validate::ValidateArgs),
+    Validate(validate::ValidateArgs) => validate::validate,
     /// List the registered strategies, models and datasets with their keys and defaults.
-    List(list::ListArgs),
+    List(list::ListArgs) => list::list,
     /// Dataset tools.
-    Data {
-        #[command(subcommand)]
-        command: data::DataCommand,
-    },
+    Data(data::DataArgs) => data::data,
     /// Benchmarks that print figures.
-    Bench {
-        #[command(subcommand)]
-        command: bench::BenchCommand,
-    },
+    Bench(bench::BenchArgs) => bench::bench,
     /// Render a run's plots (PNG and SVG): accuracy matrix, per-task accuracy, memory, loss
     /// and learning rate.
-    Report(report::ReportArgs),
+    Report(report::ReportArgs) => report::report,
     /// Print several runs side by side (ACC, BWT, forgetting, FWT, retention, time, memory).
-    Compare(report::CompareArgs),
+    Compare(compare::CompareArgs) => compare::compare,
     /// Grids of runs: a sweep file's configs × axes × seeds, run here N at a time or as a
     /// Slurm job array, then aggregated.
-    Sweep {
-        #[command(subcommand)]
-        command: sweep::SweepCommand,
-    },
+    Sweep(sweep::SweepArgs) => sweep::sweep,
 }
 
 impl Cli {
@@ -87,7 +100,7 @@ impl Cli {
     pub fn training(&self) -> bool {
         match &self.command {
             Command::Run(_) | Command::Resume(_) => true,
-            Command::Sweep { command } => command.trains(),
+            Command::Sweep(args) => args.command.trains(),
             _ => false,
         }
     }
@@ -100,19 +113,7 @@ impl Cli {
 pub fn dispatch(cli: &Cli) -> Result<()> {
     let mut registry = engram::registry();
     registry.load_plugins(&cli.plugins)?;
-    match &cli.command {
-        Command::Run(args) => run::run(cli, &registry, args),
-        Command::Eval(args) => eval::eval(&registry, args),
-        Command::Export(args) => export::export(cli, &registry, args),
-        Command::Resume(args) => resume::resume(cli, &registry, args),
-        Command::Validate(args) => validate::validate(cli, &registry, args),
-        Command::List(args) => list::list(cli, &registry, args),
-        Command::Data { command } => data::data(cli, &registry, command),
-        Command::Bench { command } => bench::bench(cli, &registry, command),
-        Command::Report(args) => report::report(cli, args),
-        Command::Compare(args) => report::compare(cli, args),
-        Command::Sweep { command } => sweep::sweep(cli, &registry, command),
-    }
+    call(cli, &registry)
 }
 
 /// The help of a `--device` option, generated from

@@ -9,6 +9,7 @@ use engram::core::{Error, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
+/// `engram resume`'s arguments.
 #[derive(Args)]
 pub struct ResumeArgs {
     /// The run's output directory.

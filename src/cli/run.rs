@@ -11,6 +11,7 @@ use engram::core::{Error, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
+/// `engram run`'s arguments.
 #[derive(Args)]
 pub struct RunArgs {
     /// The experiment file.

@@ -2,7 +2,7 @@
 //! [`engram::sweep`]).
 
 use super::{Cli, prepare};
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use engram::core::config::LoadedConfig;
 use engram::core::registry::Registry;
 use engram::core::{Error, Result};
@@ -10,6 +10,15 @@ use engram::sweep::exec::{self, Status};
 use engram::sweep::{aggregate, local, slurm};
 use std::path::{Path, PathBuf};
 
+/// `engram sweep`'s arguments: one of its subcommands.
+#[derive(Args)]
+pub struct SweepArgs {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: SweepCommand,
+}
+
+/// `engram sweep`'s subcommands.
 #[derive(Subcommand)]
 pub enum SweepCommand {
     /// Print the grid and check every run's config (keys, strategies, data) before anything
@@ -76,8 +85,8 @@ impl SweepCommand {
 }
 
 /// `engram sweep …`.
-pub fn sweep(cli: &Cli, registry: &Registry, command: &SweepCommand) -> Result<()> {
-    match command {
+pub fn sweep(cli: &Cli, registry: &Registry, args: &SweepArgs) -> Result<()> {
+    match &args.command {
         SweepCommand::Validate { sweep } => validate(cli, registry, sweep),
         SweepCommand::Run {
             sweep,

@@ -7,6 +7,7 @@ use engram::core::config::LoadedConfig;
 use engram::core::registry::Registry;
 use std::path::PathBuf;
 
+/// `engram validate`'s arguments.
 #[derive(Args)]
 pub struct ValidateArgs {
     /// The experiment file.

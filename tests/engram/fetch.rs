@@ -1,7 +1,8 @@
 //! `engram data fetch` against an HTTP server on 127.0.0.1: files are verified before they
 //! are written; a corrupt download writes nothing.
 
-use engram::core::data::dataset::{DATASETS, FILES};
+use engram::core::data::catalog::DATASETS;
+use engram::core::data::format::idx::FILES;
 use engram::core::data::idx::encode_idx;
 use engram::fetch::{fetch, sha256_hex};
 use flate2::{Compression, write::GzEncoder};

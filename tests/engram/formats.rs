@@ -15,7 +15,7 @@ const FORMATS: [&str; 4] = ["idx", "npy", "csv", "image-folder"];
 /// The first `n_train` / `n_test` samples of the real Fashion-MNIST.
 fn slice(n_train: usize, n_test: usize) -> Dataset {
     let _ = fmnist_dir();
-    let mut ds = engram::core::data::dataset::load("fashion-mnist", None).unwrap();
+    let mut ds = engram::core::data::catalog::load("fashion-mnist", None).unwrap();
     let cut = |s: &mut Split, n: usize| {
         let Values::U8(v) = &mut s.values else {
             unreachable!("IDX is bytes")

@@ -18,7 +18,7 @@ pub fn engram() -> Command {
 /// `$ENGRAM_DATA` (`./data` when unset), made absolute, when Fashion-MNIST was found under it.
 fn data_root_in_use() -> Option<PathBuf> {
     let dir = fmnist()?;
-    let root = std::path::absolute(engram::core::data::dataset::data_root()).ok()?;
+    let root = std::path::absolute(engram::core::data::catalog::data_root()).ok()?;
     std::path::absolute(&dir)
         .ok()
         .is_some_and(|d| d.starts_with(&root))
@@ -43,10 +43,10 @@ const GET_DATA: &str = "`engram data fetch fashion-mnist` (into $ENGRAM_DATA/fas
      does this)";
 
 /// Fashion-MNIST's directory, looked up as the binary looks it up
-/// ([`engram::core::data::dataset::resolve`]: `$ENGRAM_DATA/fashion-mnist`, `./data` when
+/// ([`engram::core::data::catalog::resolve`]: `$ENGRAM_DATA/fashion-mnist`, `./data` when
 /// unset, then Debian's `/usr/share/datasets/fashion-mnist`); `None` when it is nowhere.
 pub fn fmnist() -> Option<PathBuf> {
-    engram::core::data::dataset::resolve("fashion-mnist", None).ok()
+    engram::core::data::catalog::resolve("fashion-mnist", None).ok()
 }
 
 /// Fashion-MNIST's directory for a test that needs it, or `None` after a message on stderr

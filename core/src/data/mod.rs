@@ -9,6 +9,7 @@
 //! [`format`]): any directory of IDX, NPY, CSV or image files, `dataset` then being only its
 //! display name.
 
+pub mod catalog;
 pub mod dataset;
 pub mod format;
 pub mod idx;
@@ -30,14 +31,14 @@ const FORMATS: [crate::component::Registration; 4] = [
 ];
 
 /// The built-in datasets and data formats: one registration for each IDX dataset of
-/// [`dataset::DATASETS`] (their one list), then [`FORMATS`] (the registry, `engram list` and
+/// [`catalog::DATASETS`] (their one list), then [`FORMATS`] (the registry, `engram list` and
 /// the reference page are generated from it).
 pub const BUILTINS: &[crate::component::Registration] = &{
-    const IDX: usize = dataset::DATASETS.len();
+    const IDX: usize = catalog::DATASETS.len();
     let mut out = [FORMATS[0]; IDX + FORMATS.len()];
     let mut i = 0;
     while i < IDX {
-        out[i] = dataset::DATASETS[i].registration();
+        out[i] = catalog::DATASETS[i].registration();
         i += 1;
     }
     while i < out.len() {

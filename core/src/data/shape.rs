@@ -82,3 +82,45 @@ impl std::fmt::Display for InputShape {
         }
     }
 }
+
+/// The normalisation groups of a sample shape when the statistics are computed: one per
+/// channel of an image, one per feature of a feature vector (a table's columns have their own
+/// scales: standardisation per column).
+pub fn groups(input: InputShape) -> usize {
+    match input {
+        InputShape::Image { channels, .. } => channels,
+        InputShape::Features(n) => n,
+    }
+}
+
+/// Checks a normalisation against a sample shape: 1 group, or one per channel of an image or
+/// per feature of a feature vector ([`groups`]); stds finite and positive, means finite.
+///
+/// # Errors
+/// The reason, for the caller to place.
+pub fn check_normalization(
+    mean: &[f32],
+    std: &[f32],
+    input: InputShape,
+) -> std::result::Result<(), String> {
+    let groups = groups(input);
+    let per = if matches!(input, InputShape::Features(_)) {
+        "feature"
+    } else {
+        "channel"
+    };
+    if mean.len() != std.len() || !(mean.len() == 1 || mean.len() == groups) {
+        return Err(format!(
+            "{} means and {} stds for {input}: give 1 of each, or one per {per} ({groups})",
+            mean.len(),
+            std.len()
+        ));
+    }
+    if let Some(s) = std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+        return Err(format!("std {s} must be a finite number above 0"));
+    }
+    if let Some(m) = mean.iter().find(|m| !m.is_finite()) {
+        return Err(format!("mean {m} must be finite"));
+    }
+    Ok(())
+}

@@ -4,7 +4,8 @@
 //! of a CSV row) are computed again for the new one (per channel of the image).
 
 use super::Dataset;
-use super::format::{check_normalization, groups, shape_of};
+use super::format::shape_of;
+use super::shape::{check_normalization, groups};
 
 /// Why `[data]`'s `shape`, `mean` or `std` does not fit the data: the key to point at, the
 /// message and a hint (the registry positions it in the config file).

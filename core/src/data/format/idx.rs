@@ -5,10 +5,18 @@
 
 use super::{Meta, Raw, bad};
 use crate::data::InputShape;
-use crate::data::dataset::{Dataset, FILES, Values};
+use crate::data::dataset::{Dataset, Values};
 use crate::data::idx::{encode_idx, read_idx};
 use crate::error::{Error, IdxError, Result};
 use std::path::{Path, PathBuf};
+
+/// The four IDX files of a dataset, without the `.gz` suffix.
+pub const FILES: [&str; 4] = [
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+];
 
 /// The format's name, as in `[data] format` and in its errors.
 pub const FORMAT: &str = <IdxOptions as crate::component::Component>::NAME;

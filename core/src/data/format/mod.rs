@@ -10,7 +10,7 @@
 //! - **Assembly** ([`assemble`]): the class count is the names' count, else the largest label
 //!   plus one; class names default to the labels (`"0"`, `"1"`, …); the normalisation is
 //!   `dataset.toml`'s, else computed from the training split ([`Split::statistics`]) per channel
-//!   of an image or per feature of a feature vector ([`groups`]).
+//!   of an image or per feature of a feature vector ([`groups`](crate::data::shape::groups)).
 //!   `[data] mean`, `std` and `shape` override it afterwards, for every format and dataset alike
 //!   (in the registry).
 //! - **Errors**: every malformed file is an [`Error::DataFile`] that names the file, the format
@@ -25,6 +25,7 @@ pub mod npy;
 
 use super::dataset::{Dataset, Split, Values};
 use crate::data::InputShape;
+use crate::data::shape::{check_normalization, groups};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -316,48 +317,6 @@ fn class_names(
     Ok((0..=top).map(|c| c.to_string()).collect())
 }
 
-/// The normalisation groups of a sample shape when the statistics are computed: one per
-/// channel of an image, one per feature of a feature vector (a table's columns have their own
-/// scales: standardisation per column).
-pub fn groups(input: InputShape) -> usize {
-    match input {
-        InputShape::Image { channels, .. } => channels,
-        InputShape::Features(n) => n,
-    }
-}
-
-/// Checks a normalisation against a sample shape: 1 group, or one per channel of an image or
-/// per feature of a feature vector ([`groups`]); stds finite and positive, means finite.
-///
-/// # Errors
-/// The reason, for the caller to place.
-pub fn check_normalization(
-    mean: &[f32],
-    std: &[f32],
-    input: InputShape,
-) -> std::result::Result<(), String> {
-    let groups = groups(input);
-    let per = if matches!(input, InputShape::Features(_)) {
-        "feature"
-    } else {
-        "channel"
-    };
-    if mean.len() != std.len() || !(mean.len() == 1 || mean.len() == groups) {
-        return Err(format!(
-            "{} means and {} stds for {input}: give 1 of each, or one per {per} ({groups})",
-            mean.len(),
-            std.len()
-        ));
-    }
-    if let Some(s) = std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
-        return Err(format!("std {s} must be a finite number above 0"));
-    }
-    if let Some(m) = mean.iter().find(|m| !m.is_finite()) {
-        return Err(format!("mean {m} must be finite"));
-    }
-    Ok(())
-}
-
 /// The `[channels, height, width]` of a dataset a writer of 8-bit images (IDX, PNG) can
 /// write: image samples held as bytes in both splits.
 ///
@@ -443,8 +402,8 @@ pub fn labels_from_i64(
 /// ([`Meta::of`]) added.
 ///
 /// # Errors
-/// [`Error::Usage`] when `out` exists (nothing is overwritten); [`Error::Io`] and the writer's
-/// errors otherwise.
+/// [`Error::Usage`] when `out` exists (nothing is overwritten) or no directory can be created
+/// beside it; [`Error::Io`] and the writer's errors otherwise.
 pub fn export(ds: &Dataset, out: &Path, write: crate::data::DatasetWriter) -> Result<PathBuf> {
     if out.exists() {
         return Err(Error::Usage(format!(
