@@ -15,6 +15,7 @@ pub mod format;
 pub mod idx;
 pub mod shape;
 pub mod stream;
+pub mod tokenizer;
 pub mod transform;
 
 pub use dataset::Dataset;
@@ -23,11 +24,13 @@ pub use shape::InputShape;
 use std::path::Path;
 
 /// The data formats, one line each.
-const FORMATS: [crate::component::Registration; 4] = [
+const FORMATS: [crate::component::Registration; 6] = [
     format::idx::REGISTRATION,
     format::npy::REGISTRATION,
     format::csv::REGISTRATION,
     format::image_folder::REGISTRATION,
+    format::text_folder::REGISTRATION,
+    format::jsonl::REGISTRATION,
 ];
 
 /// The built-in datasets and data formats: one registration for each IDX dataset of
@@ -60,6 +63,10 @@ pub struct DatasetRequest<'a> {
     /// `[data.options]`: the keys of this format or dataset, decoded with
     /// [`DatasetRequest::options`] (empty when the config gives none, and outside a config).
     pub options: &'a crate::config::ParamSource,
+    /// The directory relative paths in `[data.options]` (a text format's `tokenizer`) resolve
+    /// against, as `path` was: the config's directory; empty outside a config (the working
+    /// directory).
+    pub base_dir: &'a Path,
 }
 
 impl DatasetRequest<'_> {
@@ -70,6 +77,16 @@ impl DatasetRequest<'_> {
     /// A positioned [`crate::Error::Config`] for an unknown key or a wrong type.
     pub fn options<T: serde::de::DeserializeOwned>(&self) -> crate::error::Result<T> {
         self.options.parse()
+    }
+
+    /// A path from `[data.options]` resolved against [`DatasetRequest::base_dir`] (an absolute
+    /// path is taken as it is).
+    pub fn resolve(&self, p: &Path) -> std::path::PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
     }
 }
 

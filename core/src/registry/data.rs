@@ -89,6 +89,7 @@ impl Registry {
                 &d.dataset,
                 path,
                 &cfg.params("data.options", 0),
+                &cfg.base_dir,
             )?,
         };
         crate::data::transform::apply(
@@ -126,6 +127,7 @@ impl Registry {
             name,
             path,
             &crate::config::ParamSource::from_toml(""),
+            Path::new(""),
         )
     }
 
@@ -174,6 +176,7 @@ fn read_entry(
     name: &str,
     path: Option<&Path>,
     options: &crate::config::ParamSource,
+    base_dir: &Path,
 ) -> Result<crate::data::Dataset> {
     let f = match entry.registration.factory {
         Factory::Dataset(f) => f,
@@ -184,6 +187,7 @@ fn read_entry(
         name,
         path,
         options,
+        base_dir,
     };
     let ds = match &entry.library {
         None => f(&req)?,

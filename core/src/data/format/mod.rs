@@ -21,7 +21,12 @@
 pub mod csv;
 pub mod idx;
 pub mod image_folder;
+pub mod jsonl;
 pub mod npy;
+pub mod text;
+pub mod text_folder;
+#[cfg(test)]
+mod text_tests;
 
 use super::dataset::{Dataset, Split, Values};
 use crate::data::InputShape;
@@ -507,6 +512,7 @@ mod tests {
                 name: reg.name,
                 path: Some(&dir),
                 options: &options,
+                base_dir: Path::new(""),
             };
             let read = match reg.factory {
                 crate::component::Factory::Format(f) => f.read,
@@ -531,6 +537,7 @@ mod tests {
             name: "t",
             path: Some(&dir),
             options: &none,
+            base_dir: Path::new(""),
         };
         assert!(!matches!(csv::read(&req), Err(Error::Config { .. })));
     }

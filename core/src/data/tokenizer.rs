@@ -1,0 +1,230 @@
+//! A Hugging Face tokenizer (`tokenizer.json`, read by the `tokenizers` crate, offline) with
+//! engram's own truncation and padding: texts become token ids `[n, max_len]`.
+//!
+//! The file's own `truncation` and `padding` sections are overridden (MiniLM's file fixes both
+//! at 128): a text is encoded with the file's normaliser, pre-tokeniser, model and
+//! post-processor (BERT's `[CLS] … [SEP]`), truncated at `max_len` ids special tokens included
+//! (the end of the text is dropped, as Hugging Face's `truncation=True`), then padded on the
+//! right with the pad id to exactly `max_len`. The ids equal Hugging Face's `tokenizers` with
+//! `enable_truncation(max_length=max_len)` and `enable_padding(length=max_len)` (checked by a
+//! test against `bench/reference/tokenizer_ids.py`'s output).
+
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+use tokenizers::PostProcessor as _;
+
+/// The name errors give for a tokenizer file.
+const WHAT: &str = "tokenizer.json";
+
+/// The largest token id a dataset can hold: ids are stored as `f32`, exact below 2^24.
+pub const MAX_TOKEN_ID: u32 = 1 << 24;
+
+/// A loaded `tokenizer.json` with engram's truncation and padding at `max_len`.
+pub struct TextTokenizer {
+    inner: tokenizers::Tokenizer,
+    path: PathBuf,
+    max_len: usize,
+    pad_id: u32,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer")
+            .field("path", &self.path)
+            .field("max_len", &self.max_len)
+            .field("pad_id", &self.pad_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn bad(path: &Path, reason: impl Into<String>) -> Error {
+    crate::data::format::bad(path, WHAT, reason)
+}
+
+impl TextTokenizer {
+    /// Loads `path` (a Hugging Face `tokenizer.json`) to encode texts into `max_len` ids each.
+    ///
+    /// The pad id is the file's `padding.pad_id` when it has a padding section, else the id of
+    /// the vocabulary's `[PAD]` token.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the file when it cannot be read or is not a regular file (a FIFO, a
+    /// directory, a symbolic link that leads nowhere); [`Error::DataFile`] naming it when it is
+    /// not a tokenizer the `tokenizers` crate reads, has no pad id, has ids of 2^24 or more
+    /// (not exact as `f32`), or `max_len` is below 2 or cannot hold its special tokens.
+    pub fn load(path: &Path, max_len: usize) -> Result<Self> {
+        let bytes = crate::fsutil::read_bounded(path, crate::fsutil::MAX_TEXT_BYTES)
+            .map_err(|e| Error::io(path, e))?;
+        let mut inner = tokenizers::Tokenizer::from_bytes(&bytes)
+            .map_err(|e| bad(path, format!("not a Hugging Face tokenizer file: {e}")))?;
+        if max_len < 2 {
+            return Err(bad(
+                path,
+                format!("max_len {max_len}: a sequence needs at least 2 ids"),
+            ));
+        }
+        let vocab = inner.get_vocab_size(true);
+        if vocab as u64 >= u64::from(MAX_TOKEN_ID) {
+            return Err(bad(
+                path,
+                format!(
+                    "{vocab} tokens: engram stores ids as f32, exact below {MAX_TOKEN_ID} (2^24)"
+                ),
+            ));
+        }
+        let pad_id = match inner.get_padding() {
+            Some(p) => p.pad_id,
+            None => inner.token_to_id("[PAD]").ok_or_else(|| {
+                bad(
+                    path,
+                    "no pad id: the file has no `padding` section and its vocabulary no `[PAD]` token",
+                )
+            })?,
+        };
+        let special = inner
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(false));
+        if special >= max_len {
+            return Err(bad(
+                path,
+                format!(
+                    "max_len {max_len} cannot hold the {special} special tokens this tokenizer adds and any text"
+                ),
+            ));
+        }
+        inner
+            .with_truncation(Some(tokenizers::TruncationParams {
+                direction: tokenizers::TruncationDirection::Right,
+                max_length: max_len,
+                strategy: tokenizers::TruncationStrategy::LongestFirst,
+                stride: 0,
+            }))
+            .map_err(|e| bad(path, format!("truncation at {max_len}: {e}")))?;
+        inner.with_padding(None);
+        Ok(Self {
+            inner,
+            path: path.to_path_buf(),
+            max_len,
+            pad_id,
+        })
+    }
+
+    /// Ids per text (`max_len`).
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// The id that fills a text's ids after its last token.
+    pub fn pad_id(&self) -> u32 {
+        self.pad_id
+    }
+
+    /// The tokenizer file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The vocabulary's size, added tokens included (every id is below it).
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// One text's ids, `[max_len]`, appended to `out`: special tokens added, truncated, padded
+    /// with [`TextTokenizer::pad_id`]. Returns how many are tokens (the rest are padding).
+    ///
+    /// # Errors
+    /// [`Error::DataFile`] naming the tokenizer file when the `tokenizers` crate fails on the
+    /// text.
+    pub fn encode_into(&self, text: &str, out: &mut Vec<u32>) -> Result<usize> {
+        let enc = self
+            .inner
+            .encode(text, true)
+            .map_err(|e| bad(&self.path, format!("cannot encode a text: {e}")))?;
+        let ids = enc.get_ids();
+        let n = ids.len().min(self.max_len);
+        out.extend_from_slice(&ids[..n]);
+        out.extend(std::iter::repeat_n(self.pad_id, self.max_len - n));
+        Ok(n)
+    }
+
+    /// The ids of `texts`, row-major `[texts.len(), max_len]` ([`TextTokenizer::encode_into`]).
+    ///
+    /// # Errors
+    /// As [`TextTokenizer::encode_into`].
+    pub fn encode<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<u32>> {
+        let mut out = Vec::with_capacity(texts.len() * self.max_len);
+        for t in texts {
+            self.encode_into(t.as_ref(), &mut out)?;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tokenizer-tiny")
+    }
+
+    /// engram's ids equal Hugging Face's `tokenizers` (bench/reference/tokenizer_ids.py) for
+    /// every reference text: truncated, empty, accented, CJK, unknown words; although the file
+    /// itself fixes truncation and padding at 128.
+    #[test]
+    fn ids_equal_hugging_face_with_engram_truncation_and_padding() {
+        let text = std::fs::read_to_string(tiny().join("reference.json")).unwrap();
+        let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let max_len = r["max_len"].as_u64().unwrap() as usize;
+        let tok = TextTokenizer::load(&tiny().join("tokenizer.json"), max_len).unwrap();
+        assert_eq!(tok.pad_id(), 0);
+        let texts: Vec<&str> = r["texts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        let want: Vec<u32> = r["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| row.as_array().unwrap().iter())
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(texts.len(), 8);
+        let got = tok.encode(&texts).unwrap();
+        assert_eq!(got.len(), texts.len() * max_len);
+        assert_eq!(got, want);
+        // The empty text: [CLS] [SEP] then padding.
+        assert_eq!(&got[4 * max_len..4 * max_len + 3], &[2, 3, 0]);
+    }
+
+    #[test]
+    fn bad_files_and_lengths_are_data_errors_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("tokenizer.json");
+        std::fs::write(&junk, "{\"not\": 1}").unwrap();
+        let err = TextTokenizer::load(&junk, 8).unwrap_err();
+        assert!(
+            matches!(&err, Error::DataFile { path, .. } if *path == junk),
+            "{err}"
+        );
+        let real = tiny().join("tokenizer.json");
+        // [CLS] and [SEP] leave no room in 2.
+        let err = TextTokenizer::load(&real, 2).unwrap_err();
+        assert!(err.to_string().contains("2 special tokens"), "{err}");
+        let missing = dir.path().join("none.json");
+        assert!(matches!(
+            TextTokenizer::load(&missing, 8),
+            Err(Error::Io { .. })
+        ));
+        // Without a padding section the pad id is the vocabulary's [PAD] (0 here).
+        let mut j: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&real).unwrap()).unwrap();
+        j["padding"] = serde_json::Value::Null;
+        std::fs::write(&junk, j.to_string()).unwrap();
+        let tok = TextTokenizer::load(&junk, 5).unwrap();
+        assert_eq!(tok.pad_id(), 0);
+        assert_eq!(tok.encode(&["the"]).unwrap(), [2, 58, 3, 0, 0]);
+    }
+}
