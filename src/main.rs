@@ -40,7 +40,10 @@ fn main() -> ExitCode {
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
-            eprintln!("error: {e}");
+            eprintln!(
+                "error: {}",
+                engram::core::error::shorten_runs(&e.to_string())
+            );
             ExitCode::from(e.exit_code() as u8)
         }
         Err(_) => ExitCode::from(1),

@@ -165,7 +165,7 @@ pub enum IdxError {
         magic: u32,
     },
     /// The dimensions are zero, too many, or not what the dataset needs.
-    #[error("bad dimensions {dims:?}: {reason}")]
+    #[error("bad dimensions {}: {reason}", dims_text(dims))]
     BadDims {
         /// Dimensions read from the header.
         dims: Vec<u32>,
@@ -310,11 +310,54 @@ pub enum Error {
     Other(String),
 }
 
+/// An IDX header's dimensions for a message: all of them up to 8, else the first 8 and the
+/// rank (a rank-255 header is not listed in full).
+fn dims_text(dims: &[u32]) -> String {
+    if dims.len() <= 8 {
+        format!("{dims:?}")
+    } else {
+        format!("{:?}… (rank {})", &dims[..8], dims.len())
+    }
+}
+
 fn hint_suffix(hint: &Option<String>) -> String {
     match hint {
         Some(h) => format!("\n  hint: {}", tidy(h)),
         None => String::new(),
     }
+}
+
+/// The longest run of characters without a space (a path, a header line) that [`shorten_runs`]
+/// prints whole.
+pub const MAX_RUN: usize = 200;
+
+/// `message` with every run of more than [`MAX_RUN`] characters without whitespace cut to its
+/// first [`MAX_ECHO`], with its length (`pppp… (5000 characters)`): what the binary prints for
+/// any error, so that a 5,000-character path or a malformed file header echoed by a library
+/// does not flood the terminal.
+pub fn shorten_runs(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(4096));
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        let n = run.chars().count();
+        if n > MAX_RUN {
+            out.extend(run.chars().take(MAX_ECHO));
+            out.push_str(&format!("… ({n} characters)"));
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in message.chars() {
+        if c.is_whitespace() {
+            flush(&mut run, &mut out);
+            out.push(c);
+        } else {
+            run.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
 }
 
 /// The most characters of a quoted value (`"…"` or `` `…` ``) a message echoes; a longer one is
@@ -431,6 +474,29 @@ impl Error {
 #[cfg(test)]
 mod tidy_tests {
     use super::tidy;
+
+    #[test]
+    fn issue32_long_runs_and_many_dimensions_are_shortened() {
+        let path = "p".repeat(5000);
+        let s = super::shorten_runs(&format!("plugin {path}: cannot read\n  hint: x"));
+        assert_eq!(
+            s,
+            format!(
+                "plugin {}… (5001 characters) cannot read\n  hint: x",
+                "p".repeat(80)
+            )
+        );
+        let ok = "a/b/c.toml:1:2: fine";
+        assert_eq!(super::shorten_runs(ok), ok);
+        let e = super::IdxError::BadDims {
+            dims: vec![1; 255],
+            reason: "rank 255".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "bad dimensions [1, 1, 1, 1, 1, 1, 1, 1]… (rank 255): rank 255"
+        );
+    }
 
     #[test]
     fn issue32_huge_numbers_and_long_quoted_values_are_shortened() {

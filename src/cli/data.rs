@@ -77,6 +77,10 @@ pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
             path,
             from,
         } => {
+            // The one rule for user-named paths: a dangling or looping link, a path under a
+            // file, is refused by name before the data is read (an existing --out is refused
+            // by the export itself: it writes a new directory).
+            engram::outpath::check_dir(out, "--out")?;
             let ds = registry.read_data(name, from.as_deref(), path.as_deref())?;
             let dir = registry.write_data(&ds, format, out)?;
             if !cli.quiet {

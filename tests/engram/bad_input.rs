@@ -710,3 +710,39 @@ fn issue32_huge_numbers_and_long_strings_are_shortened_in_messages() {
     assert!(msg.len() < 2_000, "{} bytes: {}", msg.len(), &msg[..300]);
     assert!(msg.contains("(100000 characters)"), "{msg}");
 }
+
+/// Issue #32, second hostile pass: a list of hundreds of `[[forgetting]]` entries (each an EMA
+/// with a copy of the weights) grew to gigabytes and aborted; it is refused at validation, at
+/// the entry past the limit, with what to change.
+#[test]
+fn issue32_a_strategy_list_past_its_limit_is_refused_at_the_entry() {
+    let many = "[[forgetting]]\ntype = \"ema\"\n".repeat(17);
+    let (code, msg) = validate_with(&many, &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("17 [[forgetting]] entries; engram composes at most 16"),
+        "{msg}"
+    );
+    // The 17th entry's `type` value: after MIN's lines, on the 34th line of the entries.
+    let line = MIN.lines().count() + 34;
+    assert!(msg.contains(&format!("c.toml:{line}:")), "{msg}");
+    let (code, msg) = validate_with(&"[[forgetting]]\ntype = \"ema\"\n".repeat(16), &[]);
+    assert_eq!(code, 0, "{msg}");
+}
+
+/// Issue #32, second hostile pass: a path thousands of characters long, echoed by an OS error,
+/// is cut in the message like a long value.
+#[test]
+fn issue32_a_very_long_path_is_cut_in_the_message() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("c.toml");
+    std::fs::write(&cfg, MIN).unwrap();
+    let long = "p".repeat(5000);
+    let (code, msg) = run(&["--plugin", &long, "validate", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.len() < 600, "{} bytes", msg.len());
+    assert!(
+        msg.contains("(5000 characters)") || msg.contains("(5001 characters)"),
+        "{msg}"
+    );
+}

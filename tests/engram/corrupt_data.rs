@@ -488,3 +488,49 @@ fn issue32_a_one_class_dataset_says_what_to_change() {
         "{msg}"
     );
 }
+
+/// Issue #32, second hostile pass: a 13-byte NPY file whose version-2 header claims 4 GiB made
+/// the reader allocate that much (an abort under a 2 GiB address-space limit); the length is
+/// checked before anything is read.
+#[test]
+fn issue32_an_npy_header_length_of_gigabytes_is_refused_before_reading() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("npy");
+    std::fs::create_dir_all(&data).unwrap();
+    for a in ["train_x", "train_y", "test_x", "test_y"] {
+        std::fs::write(
+            data.join(format!("{a}.npy")),
+            b"\x93NUMPY\x02\x00\xf0\xff\xff\xff{",
+        )
+        .unwrap();
+    }
+    let (code, msg, _) = validate(&format_config(d.path(), "npy", &data));
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("npy: its header claims 4294967280 bytes (NPY headers are at most 65536)"),
+        "{msg}"
+    );
+}
+
+/// Issue #32, second hostile pass: `data export --out` a dangling symbolic link said only "Not
+/// a directory"; it is refused by name as `run --out` is.
+#[test]
+fn issue32_data_export_to_a_dangling_link_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    let link = d.path().join("olink");
+    std::os::unix::fs::symlink("/nonexistent/target", &link).unwrap();
+    let (code, msg) = crate::util::run(&[
+        "data",
+        "export",
+        "fashion-mnist",
+        "--format",
+        "npy",
+        "--out",
+        link.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("is a symbolic link to /nonexistent/target, which does not exist"),
+        "{msg}"
+    );
+}

@@ -3,7 +3,38 @@
 
 use super::*;
 
+/// The most entries a strategy list (`[[forgetting]]`, `[[memory]]`, `[[scheduler]]`) takes.
+/// A composition uses a handful; each entry may hold model-sized state (an EMA keeps a copy of
+/// the weights, EWC a Fisher and an anchor), so hundreds of them were gigabytes, then an abort.
+pub const MAX_LIST_ENTRIES: usize = 16;
+
 impl LoadedConfig {
+    /// Refuses a strategy list longer than [`MAX_LIST_ENTRIES`], at its entry past the limit.
+    fn check_list_lengths(&self) -> Result<()> {
+        let c = &self.config;
+        for (list, n) in [
+            ("forgetting", c.forgetting.len()),
+            ("memory", c.memory.len()),
+            ("scheduler", c.scheduler.len()),
+        ] {
+            if n > MAX_LIST_ENTRIES {
+                let (line, column) = self.type_position(list, MAX_LIST_ENTRIES);
+                return Err(Error::Config {
+                    file: self.file.clone(),
+                    line,
+                    column,
+                    message: format!(
+                        "{n} [[{list}]] entries; engram composes at most {MAX_LIST_ENTRIES}"
+                    ),
+                    hint: Some(format!(
+                        "remove the entries past the {MAX_LIST_ENTRIES}th (duplicates of one strategy add its state again)"
+                    )),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Semantic checks that serde cannot express.
     pub(crate) fn check(&self) -> Result<()> {
         let c = &self.config;
@@ -24,6 +55,7 @@ impl LoadedConfig {
             ));
         }
         self.check_tasks()?;
+        self.check_list_lengths()?;
         if c.train.batch_size == 0 || c.train.eval_batch_size == 0 || c.train.epochs == 0 {
             return Err(self.error_at(
                 "train",

@@ -107,6 +107,10 @@ fn declared_size(dims: &[u32]) -> Option<u64> {
         .filter(|&t| t <= (1u64 << 36))
 }
 
+/// The most bytes deflate can inflate one compressed byte to (RFC 1951: a 258-byte match coded
+/// in about 2 bits; zlib's documentation gives 1032:1).
+const MAX_DEFLATE_RATIO: u64 = 1032;
+
 /// Decompresses gzipped IDX bytes no further than their header declares: the header first,
 /// then the declared data and one byte more (enough to tell trailing data), so a small file
 /// that inflates to gigabytes (a gzip bomb) costs only what its header claims, itself bounded
@@ -134,6 +138,19 @@ fn gunzip_bounded(bytes: &[u8]) -> Result<Vec<u8>, IdxError> {
         return Ok(out);
     }
     if let Some(total) = declared_size(&header_dims(&out, rank)) {
+        // Deflate inflates at most 1032:1 (a 258-byte match per 2 bits, RFC 1951 §3.2.5), so a
+        // file of `bytes.len()` bytes cannot hold more than this: a header claiming more is
+        // refused before anything is inflated (a gzip bomb under a huge header costs nothing).
+        let most = (bytes.len() as u64).saturating_mul(MAX_DEFLATE_RATIO);
+        if total > most {
+            return Err(IdxError::BadDims {
+                dims: header_dims(&out, rank),
+                reason: format!(
+                    "they declare {total} bytes of data, more than a gzip file of {} bytes can hold (deflate inflates at most {MAX_DEFLATE_RATIO}:1)",
+                    bytes.len()
+                ),
+            });
+        }
         more(&mut out, total + 1)?;
     }
     Ok(out)
@@ -168,6 +185,24 @@ mod tests {
     use super::*;
     use flate2::{Compression, write::GzEncoder};
     use std::io::Write;
+
+    /// Issue #32: a gzip file whose header claims more than its compressed size can inflate to
+    /// is refused before anything is inflated (it took 1.1 GB before the size check).
+    #[test]
+    fn issue32_a_header_larger_than_the_gzip_can_hold_is_refused_before_inflating() {
+        let mut bytes = encode_idx(&[1_400_000, 28, 28], &[]);
+        bytes.extend(std::iter::repeat_n(0u8, 1 << 20));
+        let mut gz = GzEncoder::new(Vec::new(), Compression::best());
+        gz.write_all(&bytes).unwrap();
+        let gz = gz.finish().unwrap();
+        match parse_idx(&gz) {
+            Err(IdxError::BadDims { dims, reason }) => {
+                assert_eq!(dims, vec![1_400_000, 28, 28]);
+                assert!(reason.contains("1097600000 bytes of data"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn round_trip_raw_and_gzip() {

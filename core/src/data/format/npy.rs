@@ -167,6 +167,55 @@ fn source(path: &Path) -> Result<Source> {
     }
 }
 
+/// The longest NPY header engram reads, in bytes. NumPy's own writers keep headers to a few
+/// hundred bytes, and its reader refuses headers over 10,000 bytes unless told otherwise
+/// (`max_header_size`, NumPy 1.24); a version-2 header's 4-byte length could otherwise make the
+/// reader allocate 4 GiB for a 13-byte file.
+pub const MAX_HEADER_BYTES: u32 = 1 << 16;
+
+/// Checks the header length of the NPY file `file` (NPY format, versions 1 to 3: magic
+/// `\x93NUMPY`, two version bytes, then the length as a little-endian `u16` (v1) or `u32`) before
+/// any of it is read, and rewinds the file.
+///
+/// # Errors
+/// [`Error::DataFile`] naming `path` when the length is over [`MAX_HEADER_BYTES`];
+/// [`Error::Io`] when the file cannot be read or rewound. A prefix that is not NPY's is left to
+/// the NPY reader to name.
+fn check_header_len(file: &mut std::fs::File, path: &Path) -> Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let mut head = [0u8; 12];
+    let mut got = 0;
+    while got < head.len() {
+        match file
+            .read(&mut head[got..])
+            .map_err(|e| Error::io(path, e))?
+        {
+            0 => break,
+            n => got += n,
+        }
+    }
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| Error::io(path, e))?;
+    if got < 10 || &head[..6] != b"\x93NUMPY" {
+        return Ok(());
+    }
+    let len = match head[6] {
+        1 => u32::from(u16::from_le_bytes([head[8], head[9]])),
+        _ if got == 12 => u32::from_le_bytes([head[8], head[9], head[10], head[11]]),
+        _ => return Ok(()),
+    };
+    if len > MAX_HEADER_BYTES {
+        return Err(bad(
+            path,
+            FORMAT,
+            format!(
+                "its header claims {len} bytes (NPY headers are at most {MAX_HEADER_BYTES}); not an NPY file engram reads"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn read_array(src: &Source, name: &str) -> Result<(PathBuf, Vec<usize>, Data)> {
     let labels = name.ends_with("_y");
     match src {
@@ -183,8 +232,9 @@ fn read_array(src: &Source, name: &str) -> Result<(PathBuf, Vec<usize>, Data)> {
                 ));
             }
             // A FIFO, a device or a link to nothing is refused by name before it is opened.
-            let file = crate::fsutil::open_bounded(&path, crate::fsutil::MAX_DATA_BYTES)
+            let mut file = crate::fsutil::open_bounded(&path, crate::fsutil::MAX_DATA_BYTES)
                 .map_err(|e| Error::io(&path, e))?;
+            check_header_len(&mut file, &path)?;
             let npy = NpyFile::new(std::io::BufReader::new(file))
                 .map_err(|e| bad(&path, FORMAT, format!("not an NPY file: {e}")))?;
             let (shape, data) = decode(npy, &path, labels)?;
