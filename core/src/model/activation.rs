@@ -1,9 +1,12 @@
 //! What flows between blocks ([`Activation`], each variant naming its shape) and what a block
 //! may know about the forward pass ([`ForwardCtx`]).
 
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Bool, Device, Tensor};
 
 /// The value that flows between blocks. Each variant names its shape.
+// `Tokens` holds two tensor handles; an activation is moved once per block, so the size costs
+// nothing that a box (an allocation per block) would save.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Activation {
     /// Flat features, `[batch, features]` (MLP layers, logits).
@@ -12,6 +15,17 @@ pub enum Activation {
     Seq(Tensor<3>),
     /// Images, `[batch, channels, height, width]` (convolutions).
     Image(Tensor<4>),
+    /// A padded token sequence with its attention mask (BERT-family encoders): `hidden`
+    /// `[batch, tokens, d_model]` and `mask` `[batch, tokens]`, `true` at real tokens and
+    /// `false` at padding. The mask is a constant of the batch: it carries no gradient and
+    /// passes unchanged through [`Activation::detach`], [`Activation::grad`] and
+    /// [`Activation::require_grad`].
+    Tokens {
+        /// Hidden states `[batch, tokens, d_model]`.
+        hidden: Tensor<3>,
+        /// `[batch, tokens]`, `true` where the token is real (not padding).
+        mask: Tensor<2, Bool>,
+    },
 }
 
 impl Activation {
@@ -21,6 +35,7 @@ impl Activation {
             Activation::Flat(t) => t,
             Activation::Seq(t) => t.flatten(1, 2),
             Activation::Image(t) => t.flatten(1, 3),
+            Activation::Tokens { hidden, .. } => hidden.flatten(1, 2),
         }
     }
 
@@ -38,7 +53,9 @@ impl Activation {
                 let [b, _] = t.dims();
                 t.reshape([b, shape[0], shape[1], shape[2]])
             }
-            Activation::Seq(_) => panic!("a token sequence [batch, tokens, d] is not an image"),
+            Activation::Seq(_) | Activation::Tokens { .. } => {
+                panic!("a token sequence [batch, tokens, d] is not an image")
+            }
         }
     }
 
@@ -48,6 +65,7 @@ impl Activation {
             Activation::Flat(t) => t.device(),
             Activation::Seq(t) => t.device(),
             Activation::Image(t) => t.device(),
+            Activation::Tokens { hidden, .. } => hidden.device(),
         }
     }
 
@@ -57,6 +75,7 @@ impl Activation {
             Activation::Flat(t) => t.dims()[0],
             Activation::Seq(t) => t.dims()[0],
             Activation::Image(t) => t.dims()[0],
+            Activation::Tokens { hidden, .. } => hidden.dims()[0],
         }
     }
 
@@ -66,6 +85,10 @@ impl Activation {
             Activation::Flat(t) => Activation::Flat(t.detach()),
             Activation::Seq(t) => Activation::Seq(t.detach()),
             Activation::Image(t) => Activation::Image(t.detach()),
+            Activation::Tokens { hidden, mask } => Activation::Tokens {
+                hidden: hidden.detach(),
+                mask,
+            },
         }
     }
 
@@ -76,6 +99,10 @@ impl Activation {
             Activation::Flat(t) => Activation::Flat(t.grad(grads)?),
             Activation::Seq(t) => Activation::Seq(t.grad(grads)?),
             Activation::Image(t) => Activation::Image(t.grad(grads)?),
+            Activation::Tokens { hidden, mask } => Activation::Tokens {
+                hidden: hidden.grad(grads)?,
+                mask: mask.clone(),
+            },
         })
     }
 
@@ -92,11 +119,13 @@ impl Activation {
             Activation::Flat(t) => t.detach().flatten::<1>(0, 1),
             Activation::Seq(t) => t.detach().flatten::<1>(0, 2),
             Activation::Image(t) => t.detach().flatten::<1>(0, 3),
+            Activation::Tokens { hidden, .. } => hidden.detach().flatten::<1>(0, 2),
         };
         let mine = match self {
             Activation::Flat(t) => t.flatten::<1>(0, 1),
             Activation::Seq(t) => t.flatten::<1>(0, 2),
             Activation::Image(t) => t.flatten::<1>(0, 3),
+            Activation::Tokens { hidden, .. } => hidden.flatten::<1>(0, 2),
         };
         (mine * up(upstream)).sum()
     }
@@ -107,6 +136,10 @@ impl Activation {
             Activation::Flat(t) => Activation::Flat(t.require_grad()),
             Activation::Seq(t) => Activation::Seq(t.require_grad()),
             Activation::Image(t) => Activation::Image(t.require_grad()),
+            Activation::Tokens { hidden, mask } => Activation::Tokens {
+                hidden: hidden.require_grad(),
+                mask,
+            },
         }
     }
 }

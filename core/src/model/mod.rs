@@ -30,6 +30,7 @@
 //! through it with `examples/own_model.rs`.
 
 pub mod activation;
+pub mod bert;
 pub mod block;
 pub mod bridge;
 pub mod cnn;
@@ -45,8 +46,12 @@ pub use params::{ParamInfo, unflatten_grads};
 
 /// The built-in models, one line each (the registry, `engram list` and the reference page
 /// are generated from it).
-pub const BUILTINS: &[crate::component::Registration] =
-    &[mlp::REGISTRATION, cnn::REGISTRATION, vit::REGISTRATION];
+pub const BUILTINS: &[crate::component::Registration] = &[
+    mlp::REGISTRATION,
+    cnn::REGISTRATION,
+    vit::REGISTRATION,
+    bert::REGISTRATION,
+];
 
 /// What a model factory knows when it builds the model.
 #[derive(Clone, Debug)]

@@ -1,0 +1,250 @@
+//! `[model] type = "bert"` (issue #35): the encoder equals Hugging Face's `BertModel` on a tiny
+//! random checkpoint, EWC's default importance group finds exactly its attention parameters,
+//! and it learns.
+
+use engram::core::burn::module::Module;
+use engram::core::burn::optim::{AdamConfig, GradientsParams};
+use engram::core::burn::tensor::{Bool, Device, Int, Tensor, TensorData, activation};
+use engram::core::model::bert::{self, BertShape, Pooling, hf};
+use engram::core::model::{Activation, ForwardCtx, Model};
+use engram::strategies::ewc::{Ewc, EwcParams};
+use std::path::PathBuf;
+
+fn tiny_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/bert-tiny")
+}
+
+/// `rows` id sequences as the flat float input `[batch, len]` the model gets from the data.
+fn ids_input(rows: &[Vec<i64>], device: &Device) -> Tensor<2> {
+    let len = rows[0].len();
+    let flat: Vec<f32> = rows.iter().flatten().map(|&i| i as f32).collect();
+    Tensor::from_data(TensorData::new(flat, [rows.len(), len]), device)
+}
+
+/// The last hidden state `[batch, len, hidden]` and mask of `model` (every block but the head).
+fn last_hidden(model: &Model, x: Tensor<2>) -> (Tensor<3>, Tensor<2, Bool>) {
+    let n = model.num_blocks();
+    match model.forward_range(0..n - 1, Activation::Flat(x), &ForwardCtx::evaluation(None)) {
+        Activation::Tokens { hidden, mask } => (hidden, mask),
+        other => panic!("the encoder gave {other:?}"),
+    }
+}
+
+fn vec_of(t: Tensor<2>) -> Vec<f32> {
+    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+}
+
+/// The hidden state of the checkpoint in tests/data/bert-tiny (bench/reference/bert_tiny.py)
+/// equals the reference's on every non-pad position within 1e-4, and so do both poolings.
+#[test]
+fn tiny_checkpoint_equals_hugging_face_bert() {
+    let device = Device::flex();
+    let dir = tiny_dir();
+    let (model, report) = hf::from_dir(&dir, 3, Pooling::Cls, 0, &device).unwrap();
+    // 5 embedding tensors + 16 per layer (2 layers); unused: position_ids and the pooler.
+    assert_eq!(report.loaded, 5 + 2 * 16, "{report:?}");
+    let mut missing = report.missing.clone();
+    missing.sort();
+    assert_eq!(missing, ["blocks.3.linear.bias", "blocks.3.linear.weight"]);
+    let mut unused = report.unused.clone();
+    unused.sort();
+    assert_eq!(
+        unused,
+        [
+            "embeddings.position_ids",
+            "pooler.dense.bias",
+            "pooler.dense.weight"
+        ]
+    );
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let samples = r["samples"].as_array().unwrap();
+    let rows: Vec<Vec<i64>> = samples
+        .iter()
+        .map(|s| {
+            s["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_i64().unwrap())
+                .collect()
+        })
+        .collect();
+    let (hidden, mask) = last_hidden(&model, ids_input(&rows, &device));
+    let [b, n, d] = hidden.dims();
+    assert_eq!([b, n, d], [3, 10, 32]);
+    let got = hidden.clone().into_data().try_to_vec::<f32>().unwrap();
+    let (mut worst, mut compared) = (0f64, 0);
+    for (s, sample) in samples.iter().enumerate() {
+        let want = sample["last_hidden_state"].as_array().unwrap();
+        for (t, row) in want.iter().enumerate() {
+            if rows[s][t] == 0 {
+                continue;
+            }
+            for (k, v) in row.as_array().unwrap().iter().enumerate() {
+                let diff = (got[(s * n + t) * d + k] as f64 - v.as_f64().unwrap()).abs();
+                worst = worst.max(diff);
+                compared += 1;
+            }
+        }
+    }
+    println!("bert-tiny: last hidden state max abs difference {worst:.3e} over {compared} values");
+    assert_eq!(compared, (6 + 10 + 3) * 32);
+    assert!(worst <= 1e-4, "max abs difference {worst}");
+    for (pooling, key) in [(Pooling::Cls, "cls"), (Pooling::Mean, "mean")] {
+        let pooled = vec_of(bert::pool(hidden.clone(), &mask, pooling));
+        let want: Vec<f64> = samples
+            .iter()
+            .flat_map(|s| {
+                s[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap())
+            })
+            .collect();
+        let worst = pooled
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (*g as f64 - w).abs())
+            .fold(0f64, f64::max);
+        println!("bert-tiny: {key} pooling max abs difference {worst:.3e}");
+        assert_eq!(pooled.len(), 3 * 32);
+        assert!(worst <= 1e-4, "{key}: {worst}");
+    }
+}
+
+/// A checkpoint whose geometry disagrees with the model (3 layers asked of a 2-layer file, a
+/// wider model) is refused by shape, not loaded silently.
+#[test]
+fn a_checkpoint_of_another_width_is_refused() {
+    let device = Device::flex();
+    let mut shape = hf::HfConfig::read(&tiny_dir())
+        .unwrap()
+        .shape(Pooling::Cls, 0.0);
+    shape.hidden = 64;
+    let mut rng = engram::core::rng::stream(0, "init", 0, 0);
+    let model = bert::build_bert(&shape, 2, &mut rng, &device);
+    let err = hf::load_dir(model, &tiny_dir(), 2).unwrap_err();
+    assert_eq!(err.key, "init");
+    assert!(
+        err.error.to_string().contains("do not fit"),
+        "{}",
+        err.error
+    );
+}
+
+fn small_shape(pooling: Pooling, dropout: f64) -> BertShape {
+    BertShape {
+        layers: 2,
+        hidden: 32,
+        heads: 4,
+        ffn: 64,
+        vocab: 40,
+        max_position: 16,
+        type_vocab: 2,
+        layer_norm_eps: 1e-12,
+        dropout,
+        pad_id: 0,
+        pooling,
+    }
+}
+
+/// EWC's default layered-importance group, `attention|attn`, matches exactly the four
+/// projections (weight and bias) of every encoder layer's self-attention.
+#[test]
+fn ewc_attention_group_finds_exactly_the_attention_projections() {
+    let device = Device::flex();
+    let mut rng = engram::core::rng::stream(0, "init", 0, 0);
+    let model = bert::build_bert(&small_shape(Pooling::Cls, 0.1), 2, &mut rng, &device);
+    let ewc = Ewc::new(EwcParams::default()).unwrap();
+    let paths: Vec<String> = model.params().into_iter().map(|p| p.path).collect();
+    let matched: Vec<String> = paths
+        .iter()
+        .filter(|p| ewc.group_factor(p) == 3.0)
+        .cloned()
+        .collect();
+    assert!(
+        paths
+            .iter()
+            .all(|p| [1.0, 3.0].contains(&ewc.group_factor(p)))
+    );
+    let mut want = Vec::new();
+    for layer in 1..=2 {
+        for proj in ["query", "key", "value", "output"] {
+            for t in ["weight", "bias"] {
+                want.push(format!("blocks.{layer}.attention.{proj}.{t}"));
+            }
+        }
+    }
+    assert_eq!(matched, want);
+    // 4 blocks: embeddings, 2 layers, head.
+    let kinds: Vec<&str> = model.blocks().iter().map(|b| b.inner().kind()).collect();
+    assert_eq!(kinds, ["embeddings", "encoder", "encoder", "head"]);
+}
+
+/// Synthetic token data: class 1 when the sequence holds token 7, else class 0; lengths 3..=12
+/// of 12, padded with 0; ids in 1..40.
+fn synthetic(n: usize, seed: u64) -> (Vec<Vec<i64>>, Vec<i64>) {
+    use rand::{Rng, SeedableRng};
+    let mut r = rand::rngs::StdRng::seed_from_u64(seed);
+    let (mut rows, mut labels) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let len = r.random_range(3..=12);
+        let mut row: Vec<i64> = (0..12)
+            .map(|t| if t < len { r.random_range(8..40) } else { 0 })
+            .collect();
+        let y = (i % 2) as i64;
+        if y == 1 {
+            row[r.random_range(0..len)] = 7;
+        }
+        rows.push(row);
+        labels.push(y);
+    }
+    (rows, labels)
+}
+
+fn cross_entropy(logits: Tensor<2>, y: &[i64]) -> Tensor<1> {
+    let b = y.len();
+    let device = logits.device();
+    let y = Tensor::<1, Int>::from_data(TensorData::new(y.to_vec(), [b]), &device);
+    activation::log_softmax(logits, 1)
+        .gather(1, y.reshape([b, 1]))
+        .reshape([b])
+        .neg()
+        .mean()
+}
+
+/// One epoch of Adam on a tiny BERT (dropout on) lowers the evaluation loss of the data it saw.
+#[test]
+fn a_tiny_bert_learns_in_one_epoch() {
+    let ad = Device::flex().autodiff();
+    ad.seed(1);
+    let mut rng = engram::core::rng::stream(1, "init", 0, 0);
+    let mut model = bert::build_bert(&small_shape(Pooling::Mean, 0.1), 2, &mut rng, &ad);
+    let (rows, labels) = synthetic(384, 5);
+    let eval_loss = |m: &Model| {
+        let inner = m.valid();
+        let dev = Device::flex();
+        let logits = inner.forward(
+            Activation::Flat(ids_input(&rows, &dev)),
+            &ForwardCtx::evaluation(None),
+        );
+        cross_entropy(logits, &labels).into_scalar::<f32>()
+    };
+    let before = eval_loss(&model);
+    let mut optim = AdamConfig::new().init();
+    for (xs, ys) in rows.chunks(16).zip(labels.chunks(16)) {
+        let logits = model.forward(
+            Activation::Flat(ids_input(xs, &ad)),
+            &ForwardCtx::training(None),
+        );
+        let loss = cross_entropy(logits, ys);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(3e-3, model, grads);
+    }
+    let after = eval_loss(&model);
+    println!("tiny bert, one epoch: loss {before:.4} -> {after:.4}");
+    assert!((0.6..0.8).contains(&before), "{before}");
+    assert!(after < 0.8 * before, "{before} -> {after}");
+}
