@@ -10,6 +10,11 @@
 //!   order (or by `dataset.toml`'s `class_names` when it has them).
 //! - A sample is a feature vector `[features]`; `dataset.toml`'s or `[data] shape` makes it an
 //!   image (`[1, 28, 28]`).
+//! - **Text**: with `text_column` (and `tokenizer`), a row is a document: the text column's
+//!   cell is tokenized as the text formats do ([`super::text`]: ids `[max_len]`, identity
+//!   normalisation, test rows whose text is also a training row's dropped), the
+//!   `label_column`'s cell (default `label`) is its class, named by its text (classes in
+//!   sorted order, numerically when every label is an integer); other columns are ignored.
 
 use super::{Meta, Raw, bad};
 use crate::data::InputShape;
@@ -23,11 +28,95 @@ const FORMAT: &str = <CsvOptions as crate::component::Component>::NAME;
 /// The two files.
 pub const FILES: [&str; 2] = ["train.csv", "test.csv"];
 
-/// `[data.options]` of `format = "csv"`: it takes no keys yet (any key is refused, with
-/// its position).
-#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+/// `[data.options]` of `format = "csv"`: none for numbers; for text (module docs),
+/// `text_column` and `tokenizer`, with `label_column` and `max_len`.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CsvOptions {}
+pub struct CsvOptions {
+    /// The column holding a document's text: the rows are then documents (module docs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_column: Option<String>,
+    /// With `text_column`: the column holding the label (default `label`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_column: Option<String>,
+    /// With `text_column`: a Hugging Face `tokenizer.json`, relative to the config's directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<std::path::PathBuf>,
+    /// With `text_column`: token ids per document (default 128).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_len: Option<usize>,
+}
+
+/// The documents of one CSV file of text: `(text, label cell, "file:row")`.
+fn read_text_table(
+    path: &Path,
+    text: &str,
+    label: &str,
+    lossy: &mut super::text::Lossy,
+) -> Result<Vec<(String, String, String)>> {
+    let file = crate::fsutil::open_bounded(path, crate::fsutil::MAX_DATA_BYTES)
+        .map_err(|e| Error::io(path, e))?;
+    let mut r = ::csv::ReaderBuilder::new().from_reader(std::io::BufReader::new(file));
+    let header = r
+        .byte_headers()
+        .map_err(|e| bad(path, FORMAT, format!("header: {e}")))?
+        .clone();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name.as_bytes())
+            .ok_or_else(|| bad(path, FORMAT, format!("no column `{name}` in the header")))
+    };
+    let (t, l) = (col(text)?, col(label)?);
+    let mut out = Vec::new();
+    for (i, rec) in r.byte_records().enumerate() {
+        let rec = rec.map_err(|e| bad(path, FORMAT, format!("row {}: {e}", i + 1)))?;
+        let at = format!("{}:{}", path.display(), i + 2);
+        let doc = lossy.decode(rec.get(t).unwrap_or_default(), &at);
+        if doc.trim().is_empty() {
+            return Err(bad(
+                path,
+                FORMAT,
+                format!(
+                    "row {}: the document is empty (nothing but white space)",
+                    i + 1
+                ),
+            ));
+        }
+        let class = lossy.decode(rec.get(l).unwrap_or_default(), &at);
+        out.push((doc, class, at));
+    }
+    Ok(out)
+}
+
+/// Reads `train.csv` and `test.csv` as documents (module docs).
+fn read_text(
+    req: &crate::data::DatasetRequest<'_>,
+    dir: &Path,
+    opts: &CsvOptions,
+    text: &str,
+) -> Result<Dataset> {
+    let Some(tokenizer) = &opts.tokenizer else {
+        return Err(req.options.key_error(
+            "text_column",
+            "`text_column` needs `tokenizer`: the path of a Hugging Face tokenizer.json".into(),
+            None,
+        ));
+    };
+    let max_len = opts.max_len.unwrap_or(super::text::DEFAULT_MAX_LEN);
+    let tok = super::text::tokenizer(req, tokenizer, max_len)?;
+    let label = opts.label_column.as_deref().unwrap_or("label");
+    let mut lossy = super::text::Lossy::default();
+    let train = read_text_table(&dir.join(FILES[0]), text, label, &mut lossy)?;
+    let test = read_text_table(&dir.join(FILES[1]), text, label, &mut lossy)?;
+    lossy.warn(FORMAT);
+    let classes = super::text::class_names(train.iter().chain(&test).map(|r| r.1.as_str()));
+    let train = super::text::docs(train, &classes);
+    let test = super::text::drop_shared(&train, super::text::docs(test, &classes), FORMAT);
+    super::text::check_every_class(&train, &classes, dir, FORMAT)?;
+    let name = super::display_name(req, dir);
+    super::text::assemble(FORMAT, &name, dir, &tok, &train, &test, classes)
+}
 
 crate::component!(format "csv", "train.csv and test.csv with a header row, a `label` column (indices or names) and the feature columns", CsvOptions, read, write);
 
@@ -163,7 +252,23 @@ fn read_table(path: &Path) -> Result<Table> {
 /// `dataset.toml` does not name, headers that differ; [`super::assemble`]'s.
 pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
     let dir = super::required_dir(req, FORMAT)?;
-    let CsvOptions {} = req.options()?;
+    let opts: CsvOptions = req.options()?;
+    if let Some(text) = &opts.text_column {
+        return read_text(req, dir, &opts, text);
+    }
+    for (key, given) in [
+        ("label_column", opts.label_column.is_some()),
+        ("tokenizer", opts.tokenizer.is_some()),
+        ("max_len", opts.max_len.is_some()),
+    ] {
+        if given {
+            return Err(req.options.key_error(
+                key,
+                format!("`{key}` applies to text only: give `text_column` too"),
+                None,
+            ));
+        }
+    }
     let train = read_table(&dir.join(FILES[0]))?;
     let test = read_table(&dir.join(FILES[1]))?;
     if train.header != test.header {

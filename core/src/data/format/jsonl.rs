@@ -12,7 +12,7 @@
 //!   both sides of a split, token ids `[max_len]` per document.
 
 use super::bad;
-use super::text::{self, Doc, Lossy};
+use super::text::{self, Lossy, class_names, docs};
 use crate::data::dataset::Dataset;
 use crate::error::Result;
 use std::path::{Path, PathBuf};
@@ -118,27 +118,6 @@ fn read_file(
     Ok(out)
 }
 
-/// The sorted class names of `labels`: numerically when every one is an integer.
-fn class_names<'a>(labels: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let mut names: Vec<String> = labels.map(str::to_string).collect();
-    names.sort();
-    names.dedup();
-    if names.iter().all(|n| n.parse::<i128>().is_ok()) {
-        names.sort_by_key(|n| n.parse::<i128>().unwrap_or(0));
-    }
-    names
-}
-
-fn docs(rows: Vec<(String, String, String)>, classes: &[String]) -> Vec<Doc> {
-    rows.into_iter()
-        .map(|(text, label, source)| Doc {
-            label: classes.iter().position(|c| *c == label).unwrap_or(0) as u32,
-            text,
-            source,
-        })
-        .collect()
-}
-
 /// Reads `[data] path` as JSON Lines (module docs).
 ///
 /// # Errors
@@ -185,15 +164,7 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
         (train, test, classes)
     };
     lossy.warn(FORMAT);
-    for (c, name) in classes.iter().enumerate() {
-        if !train.iter().any(|d| d.label as usize == c) {
-            return Err(bad(
-                path,
-                FORMAT,
-                format!("class `{name}` has no training document"),
-            ));
-        }
-    }
+    text::check_every_class(&train, &classes, path, FORMAT)?;
     let dir = if given {
         path
     } else {

@@ -159,6 +159,52 @@ pub fn split(
     (train, tests)
 }
 
+/// The sorted class names of `labels` (deduplicated): numerically when every one is an
+/// integer, else byte-wise.
+pub fn class_names<'a>(labels: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut names: Vec<String> = labels.map(str::to_string).collect();
+    names.sort();
+    names.dedup();
+    if names.iter().all(|n| n.parse::<i128>().is_ok()) {
+        names.sort_by_key(|n| n.parse::<i128>().unwrap_or(0));
+    }
+    names
+}
+
+/// Rows `(text, label as written, source)` as documents, labelled by their position in
+/// `classes` (which holds every label).
+pub fn docs(rows: Vec<(String, String, String)>, classes: &[String]) -> Vec<Doc> {
+    rows.into_iter()
+        .map(|(text, label, source)| Doc {
+            label: classes.iter().position(|c| *c == label).unwrap_or(0) as u32,
+            text,
+            source,
+        })
+        .collect()
+}
+
+/// Refuses a class without training documents, naming `path`.
+///
+/// # Errors
+/// [`Error::DataFile`] naming `path` and the class.
+pub fn check_every_class(
+    train: &[Doc],
+    classes: &[String],
+    path: &Path,
+    format: &'static str,
+) -> Result<()> {
+    for (c, name) in classes.iter().enumerate() {
+        if !train.iter().any(|d| d.label as usize == c) {
+            return Err(bad(
+                path,
+                format,
+                format!("class `{name}` has no training document"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Drops the test documents whose exact text is also a training document's, warning with
 /// their count (given splits: a duplicate on both sides would score memorisation).
 pub fn drop_shared(train: &[Doc], test: Vec<Doc>, format: &str) -> Vec<Doc> {

@@ -257,3 +257,34 @@ fn jsonl_reads_given_splits_and_splits_one_file() {
         "{err}"
     );
 }
+
+#[test]
+fn csv_reads_a_text_column_and_refuses_text_keys_without_it() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    write(
+        &r.join("train.csv"),
+        b"id,body,topic\n1,Shares fell.,business\n2,\"The striker scored.\",sport\n",
+    );
+    write(
+        &r.join("test.csv"),
+        b"id,body,topic\n3,The team won.,sport\n4,Shares fell.,business\n5,caf\xe9 market,business\n",
+    );
+    let keys = "text_column = \"body\"\nlabel_column = \"topic\"";
+    let ds = load(super::csv::read, r, keys).unwrap();
+    assert_eq!(ds.class_names, ["business", "sport"]);
+    assert_eq!(ds.input, crate::data::InputShape::Features(8));
+    assert_eq!(ds.train.labels, [0, 1]);
+    assert_eq!(ids(&ds.train.values), [SHARES, STRIKER].concat());
+    // Row 4 repeats a training text: dropped.
+    assert_eq!(ds.test.labels, [1, 0]);
+    assert_eq!(ids(&ds.test.values), [TEAM, CAFE].concat());
+    // A missing column is named; text keys without text_column are refused at their key.
+    let err = load(super::csv::read, r, "text_column = \"text\"").unwrap_err();
+    assert!(err.to_string().contains("no column `text`"), "{err}");
+    let err = load(super::csv::read, r, "").unwrap_err();
+    assert!(
+        matches!(&err, Error::Config { line: 5, message, .. } if message.contains("`tokenizer` applies to text only")),
+        "{err}"
+    );
+}
