@@ -21,4 +21,5 @@ mod resume;
 mod schedulers;
 mod sweep;
 mod synopsis;
+mod text;
 mod util;
