@@ -8,11 +8,20 @@ MAX_LEN and padded with [PAD], and writes reference.json: {"max_len", "pad_id", 
 "ids"} (ids [len(texts), MAX_LEN]). engram's test (core/src/data/tokenizer.rs) asserts that its
 ids equal these exactly.
 
+`--train` trains the tokenizer anew (not reproducible id for id); without it the committed
+tokenizer.json is kept and only reference.json is rewritten.
+
 Run (tokenizers is a reference only, never an engram dependency):
     python3 -m venv /tmp/venv-tok && /tmp/venv-tok/bin/pip install tokenizers
     /tmp/venv-tok/bin/python bench/reference/tokenizer_ids.py
+
+With `--tokenizer PATH --out FILE [--max-len N]` it trains nothing and writes the reference of
+a given tokenizer.json (MiniLM's, say) instead, with "tokenizer": PATH in it; engram's test
+checks it when ENGRAM_TOKENIZER_REFERENCE=FILE is set:
+    ENGRAM_TOKENIZER_REFERENCE=FILE cargo test --release -p engram-core tokenizer
 """
 
+import argparse
 import json
 import os
 
@@ -44,7 +53,45 @@ TEXTS = [
 ]
 
 
+def reference(path, max_len):
+    """{max_len, pad_id, texts, ids} of `path` with Hugging Face's truncation and padding."""
+    ref = Tokenizer.from_file(path)
+    pad = ref.padding["pad_id"] if ref.padding else ref.token_to_id("[PAD]")
+    pad_token = ref.id_to_token(pad)
+    ref.enable_truncation(max_length=max_len)
+    ref.enable_padding(pad_id=pad, pad_token=pad_token, length=max_len)
+    ids = [e.ids for e in ref.encode_batch(TEXTS)]
+    assert all(len(row) == max_len for row in ids)
+    return {"max_len": max_len, "pad_id": pad, "texts": TEXTS, "ids": ids}
+
+
+def write(ref, out):
+    with open(out, "w") as f:
+        json.dump(ref, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokenizer", help="a tokenizer.json to take instead of training one")
+    ap.add_argument("--out", help="where its reference goes (with --tokenizer)")
+    ap.add_argument("--max-len", type=int, default=MAX_LEN)
+    ap.add_argument(
+        "--train",
+        action="store_true",
+        help="train the tiny tokenizer anew (its ids differ from run to run: the WordPiece "
+        "trainer breaks ties in hash order), else only rewrite reference.json from the committed one",
+    )
+    args = ap.parse_args()
+    if args.tokenizer:
+        ref = reference(args.tokenizer, args.max_len)
+        ref["tokenizer"] = os.path.abspath(args.tokenizer)
+        write(ref, args.out)
+        return
+    if not args.train:
+        path = os.path.join(OUT, "tokenizer.json")
+        write(reference(path, MAX_LEN), os.path.join(OUT, "reference.json"))
+        return
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
     tok.normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
@@ -70,15 +117,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     tok.save(os.path.join(OUT, "tokenizer.json"), pretty=True)
 
-    ref = Tokenizer.from_file(os.path.join(OUT, "tokenizer.json"))
-    ref.enable_truncation(max_length=MAX_LEN)
-    ref.enable_padding(pad_id=0, pad_token="[PAD]", length=MAX_LEN)
-    ids = [e.ids for e in ref.encode_batch(TEXTS)]
-    assert all(len(row) == MAX_LEN for row in ids)
-    with open(os.path.join(OUT, "reference.json"), "w") as f:
-        json.dump({"max_len": MAX_LEN, "pad_id": 0, "texts": TEXTS, "ids": ids}, f, indent=1, ensure_ascii=False)
-        f.write("\n")
-
+    write(reference(os.path.join(OUT, "tokenizer.json"), MAX_LEN), os.path.join(OUT, "reference.json"))
 
 if __name__ == "__main__":
     main()

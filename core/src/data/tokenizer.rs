@@ -168,16 +168,14 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tokenizer-tiny")
     }
 
-    /// engram's ids equal Hugging Face's `tokenizers` (bench/reference/tokenizer_ids.py) for
-    /// every reference text: truncated, empty, accented, CJK, unknown words; although the file
-    /// itself fixes truncation and padding at 128.
-    #[test]
-    fn ids_equal_hugging_face_with_engram_truncation_and_padding() {
-        let text = std::fs::read_to_string(tiny().join("reference.json")).unwrap();
+    /// Checks `reference` (bench/reference/tokenizer_ids.py's JSON) against `tokenizer`;
+    /// returns engram's ids and `max_len`.
+    fn check_reference(reference: &Path, tokenizer: &Path) -> (Vec<u32>, usize) {
+        let text = std::fs::read_to_string(reference).unwrap();
         let r: serde_json::Value = serde_json::from_str(&text).unwrap();
         let max_len = r["max_len"].as_u64().unwrap() as usize;
-        let tok = TextTokenizer::load(&tiny().join("tokenizer.json"), max_len).unwrap();
-        assert_eq!(tok.pad_id(), 0);
+        let tok = TextTokenizer::load(tokenizer, max_len).unwrap();
+        assert_eq!(u64::from(tok.pad_id()), r["pad_id"].as_u64().unwrap());
         let texts: Vec<&str> = r["texts"]
             .as_array()
             .unwrap()
@@ -191,10 +189,38 @@ mod tests {
             .flat_map(|row| row.as_array().unwrap().iter())
             .map(|v| v.as_u64().unwrap() as u32)
             .collect();
-        assert_eq!(texts.len(), 8);
         let got = tok.encode(&texts).unwrap();
         assert_eq!(got.len(), texts.len() * max_len);
-        assert_eq!(got, want);
+        assert_eq!(got, want, "{}", reference.display());
+        (got, max_len)
+    }
+
+    /// With `ENGRAM_TOKENIZER_REFERENCE=FILE` (bench/reference/tokenizer_ids.py --tokenizer
+    /// PATH --out FILE, e.g. MiniLM's tokenizer.json, which is not committed), engram's ids
+    /// equal Hugging Face's for that tokenizer too.
+    #[test]
+    fn ids_equal_hugging_face_on_a_given_tokenizer() {
+        let Some(file) = std::env::var_os("ENGRAM_TOKENIZER_REFERENCE") else {
+            eprintln!("ENGRAM_TOKENIZER_REFERENCE unset: checked on the committed tokenizer only");
+            return;
+        };
+        let file = PathBuf::from(file);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let tokenizer = PathBuf::from(r["tokenizer"].as_str().unwrap());
+        check_reference(&file, &tokenizer);
+    }
+
+    /// engram's ids equal Hugging Face's `tokenizers` (bench/reference/tokenizer_ids.py) for
+    /// every reference text: truncated, empty, accented, CJK, unknown words; although the file
+    /// itself fixes truncation and padding at 128.
+    #[test]
+    fn ids_equal_hugging_face_with_engram_truncation_and_padding() {
+        let (got, max_len) = check_reference(
+            &tiny().join("reference.json"),
+            &tiny().join("tokenizer.json"),
+        );
+        assert_eq!(got.len(), 8 * max_len);
         // The empty text: [CLS] [SEP] then padding.
         assert_eq!(&got[4 * max_len..4 * max_len + 3], &[2, 3, 0]);
     }
