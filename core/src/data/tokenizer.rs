@@ -147,16 +147,21 @@ impl TextTokenizer {
         Ok(n)
     }
 
-    /// The ids of `texts`, row-major `[texts.len(), max_len]` ([`TextTokenizer::encode_into`]).
+    /// The ids of `texts`, row-major `[texts.len(), max_len]` ([`TextTokenizer::encode_into`]),
+    /// encoded on engram's thread pool (rayon's), in order.
     ///
     /// # Errors
-    /// As [`TextTokenizer::encode_into`].
-    pub fn encode<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<u32>> {
-        let mut out = Vec::with_capacity(texts.len() * self.max_len);
-        for t in texts {
-            self.encode_into(t.as_ref(), &mut out)?;
-        }
-        Ok(out)
+    /// As [`TextTokenizer::encode_into`] (the first failing text's).
+    pub fn encode<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<u32>> {
+        use rayon::prelude::*;
+        let rows: Vec<Vec<u32>> = texts
+            .par_iter()
+            .map(|t| {
+                let mut row = Vec::with_capacity(self.max_len);
+                self.encode_into(t.as_ref(), &mut row).map(|_| row)
+            })
+            .collect::<Result<_>>()?;
+        Ok(rows.concat())
     }
 }
 
