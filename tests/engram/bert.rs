@@ -34,6 +34,58 @@ fn vec_of(t: Tensor<2>) -> Vec<f32> {
     t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
 }
 
+/// The reference samples of tests/data/bert-tiny/reference.json.
+fn reference() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(tiny_dir().join("reference.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    r["samples"].as_array().unwrap().clone()
+}
+
+type Compared = (
+    f64,
+    usize,
+    Tensor<3>,
+    Tensor<2, Bool>,
+    Vec<serde_json::Value>,
+);
+
+/// `model`'s last hidden state on the reference ids against the reference's, over non-pad
+/// positions: (max abs difference, values compared, hidden, mask, samples).
+fn compare_with_reference(model: &Model) -> Compared {
+    let device = Device::flex();
+    let samples = reference();
+    let rows: Vec<Vec<i64>> = samples
+        .iter()
+        .map(|s| {
+            s["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_i64().unwrap())
+                .collect()
+        })
+        .collect();
+    let (hidden, mask) = last_hidden(model, ids_input(&rows, &device));
+    let [b, n, d] = hidden.dims();
+    assert_eq!([b, n, d], [3, 10, 32]);
+    let got = hidden.clone().into_data().try_to_vec::<f32>().unwrap();
+    let (mut worst, mut compared) = (0f64, 0);
+    for (s, sample) in samples.iter().enumerate() {
+        let want = sample["last_hidden_state"].as_array().unwrap();
+        for (t, row) in want.iter().enumerate() {
+            if rows[s][t] == 0 {
+                continue;
+            }
+            for (k, v) in row.as_array().unwrap().iter().enumerate() {
+                let diff = (got[(s * n + t) * d + k] as f64 - v.as_f64().unwrap()).abs();
+                worst = worst.max(diff);
+                compared += 1;
+            }
+        }
+    }
+    (worst, compared, hidden, mask, samples)
+}
+
 /// The hidden state of the checkpoint in tests/data/bert-tiny (bench/reference/bert_tiny.py)
 /// equals the reference's on every non-pad position within 1e-4, and so do both poolings.
 #[test]
@@ -56,38 +108,7 @@ fn tiny_checkpoint_equals_hugging_face_bert() {
             "pooler.dense.weight"
         ]
     );
-    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
-    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let samples = r["samples"].as_array().unwrap();
-    let rows: Vec<Vec<i64>> = samples
-        .iter()
-        .map(|s| {
-            s["ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_i64().unwrap())
-                .collect()
-        })
-        .collect();
-    let (hidden, mask) = last_hidden(&model, ids_input(&rows, &device));
-    let [b, n, d] = hidden.dims();
-    assert_eq!([b, n, d], [3, 10, 32]);
-    let got = hidden.clone().into_data().try_to_vec::<f32>().unwrap();
-    let (mut worst, mut compared) = (0f64, 0);
-    for (s, sample) in samples.iter().enumerate() {
-        let want = sample["last_hidden_state"].as_array().unwrap();
-        for (t, row) in want.iter().enumerate() {
-            if rows[s][t] == 0 {
-                continue;
-            }
-            for (k, v) in row.as_array().unwrap().iter().enumerate() {
-                let diff = (got[(s * n + t) * d + k] as f64 - v.as_f64().unwrap()).abs();
-                worst = worst.max(diff);
-                compared += 1;
-            }
-        }
-    }
+    let (worst, compared, hidden, mask, samples) = compare_with_reference(&model);
     println!("bert-tiny: last hidden state max abs difference {worst:.3e} over {compared} values");
     assert_eq!(compared, (6 + 10 + 3) * 32);
     assert!(worst <= 1e-4, "max abs difference {worst}");
@@ -247,4 +268,57 @@ fn a_tiny_bert_learns_in_one_epoch() {
     println!("tiny bert, one epoch: loss {before:.4} -> {after:.4}");
     assert!((0.6..0.8).contains(&before), "{before}");
     assert!(after < 0.8 * before, "{before} -> {after}");
+}
+
+/// `[model] type = "bert"` with `init = "bert-tiny"` (a Hugging Face directory, relative to
+/// the config): the factory takes the geometry from its config.json and `load_init` its
+/// weights, which give the reference's hidden state; a key that disagrees with the checkpoint
+/// and a directory given to another model type are refused at their keys.
+#[test]
+fn init_dir_gives_the_geometry_and_the_weights() {
+    use engram::core::config::LoadedConfig;
+    use engram::core::model::{InputShape, ModelContext};
+    let config = |model: &str| {
+        let text = format!(
+            "[data]\ndataset = \"fashion-mnist\"\ntasks = 1\n\n[model]\n{model}\n\n\
+             [optimizer]\ntype = \"sgd\"\nlr = 0.1\n\n[train]\nepochs = 1\nbatch_size = 4\n\n\
+             [[forgetting]]\ntype = \"naive\"\n"
+        );
+        LoadedConfig::from_source(&tiny_dir().with_file_name("c.toml"), text).unwrap()
+    };
+    let cx = ModelContext {
+        input: InputShape::Features(10),
+        num_classes: 3,
+        seed: 0,
+    };
+    let device = Device::flex();
+    let cfg = config("type = \"bert\"\ninit = \"bert-tiny\"\npooling = \"mean\"");
+    let model = bert::build(&cfg.params("model", 0), &cx, &device).unwrap();
+    assert_eq!(model.num_blocks(), 4, "embeddings, 2 layers, head");
+    let (model, report) = engram::core::train::trainer::load_init(&cfg, model).unwrap();
+    assert_eq!(report.unwrap().loaded, 37);
+    let (worst, compared, ..) = compare_with_reference(&model);
+    assert_eq!(compared, 19 * 32);
+    assert!(worst <= 1e-4, "{worst}");
+
+    let cfg = config("type = \"bert\"\ninit = \"bert-tiny\"\nhidden = 64");
+    let err = bert::build(&cfg.params("model", 0), &cx, &device)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("hidden = 64 disagrees with") && err.contains("32"),
+        "{err}"
+    );
+    let cfg = config("type = \"bert\"\ninit = \"bert-tiny\"\npreset = \"base\"");
+    let err = bert::build(&cfg.params("model", 0), &cx, &device)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("preset = \"base\" disagrees"), "{err}");
+
+    let cfg = config("type = \"mlp\"\ninit = \"bert-tiny\"");
+    let mlp = engram::core::model::mlp::build(&cfg.params("model", 0), &cx, &device).unwrap();
+    let err = engram::core::train::trainer::load_init(&cfg, mlp)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("only type = \"bert\" reads"), "{err}");
 }

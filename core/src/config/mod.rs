@@ -166,8 +166,10 @@ pub struct ModelConfig {
     #[serde(rename = "type")]
     pub kind: String,
     /// A safetensors file whose tensors initialise the model before the stream starts
-    /// (pretrained weights; relative to the config file). Default: none, the seeded random
-    /// initialisation ([`crate::model::init`]).
+    /// (pretrained weights; relative to the config file), or, for `type = "bert"`, a Hugging
+    /// Face checkpoint directory (`config.json` + `model.safetensors`) that also gives the
+    /// geometry ([`crate::model::bert::hf`]). Default: none, the seeded random initialisation
+    /// ([`crate::model::init`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<PathBuf>,
     /// The tensor layout of `init`: `burn` (default, what `engram export` writes) or
@@ -481,6 +483,7 @@ impl LoadedConfig {
     pub fn params(&self, list: &'static str, index: usize) -> ParamSource {
         ParamSource {
             file: self.file.clone(),
+            base_dir: self.base_dir.clone(),
             source: self.source.clone(),
             list,
             index,

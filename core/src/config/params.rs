@@ -8,6 +8,8 @@ use super::*;
 #[derive(Clone, Debug)]
 pub struct ParamSource {
     pub(super) file: PathBuf,
+    /// Where relative paths of the config resolve ([`LoadedConfig::base_dir`]).
+    pub(super) base_dir: PathBuf,
     pub(super) source: Arc<str>,
     pub(super) list: &'static str,
     pub(super) index: usize,
@@ -18,6 +20,7 @@ impl ParamSource {
     pub fn from_toml(text: &str) -> Self {
         Self {
             file: PathBuf::from("<inline>"),
+            base_dir: PathBuf::new(),
             source: Arc::from(format!("[[inline]]\n{text}\n")),
             list: "inline",
             index: 0,
@@ -91,6 +94,22 @@ impl ParamSource {
                     _ => None,
                 }
             })
+        })
+    }
+
+    /// `[model] init` as written, resolved against the config's directory: what a model factory
+    /// whose geometry comes from a pretrained directory reads (BERT's Hugging Face `config.json`).
+    /// `None` outside `[model]`, without `init`, or when it is not a string.
+    pub fn model_init(&self) -> Option<PathBuf> {
+        if self.list != "model" {
+            return None;
+        }
+        let doc: toml::Table = toml::from_str(&self.source).ok()?;
+        let init = Path::new(doc.get("model")?.get("init")?.as_str()?);
+        Some(if init.is_absolute() {
+            init.to_path_buf()
+        } else {
+            self.base_dir.join(init)
         })
     }
 

@@ -146,15 +146,15 @@ pub struct BertParams {
     /// Vocabulary size (token ids must be below it).
     pub vocab: Option<usize>,
     /// Position table length; the data's `max_len` must not exceed it. Default 512.
-    pub max_position: usize,
+    pub max_position: Option<usize>,
     /// Token types. Default 2.
-    pub type_vocab: usize,
+    pub type_vocab: Option<usize>,
     /// Layer-norm ε. Default 1e-12.
-    pub layer_norm_eps: f64,
+    pub layer_norm_eps: Option<f64>,
     /// `"cls"` (default) or `"mean"` (over non-pad tokens).
     pub pooling: Pooling,
-    /// The padding id. Default 0 (BERT's `[PAD]`).
-    pub pad_id: u32,
+    /// The padding id. Default 0 (BERT's `[PAD]`), or a checkpoint's `pad_token_id`.
+    pub pad_id: Option<u32>,
     /// Dropout probability in `[0, 1)`, active in training only. Default 0.1.
     pub dropout: f64,
 }
@@ -168,11 +168,11 @@ impl Default for BertParams {
             heads: None,
             ffn: None,
             vocab: None,
-            max_position: 512,
-            type_vocab: 2,
-            layer_norm_eps: 1e-12,
+            max_position: None,
+            type_vocab: None,
+            layer_norm_eps: None,
             pooling: Pooling::Cls,
-            pad_id: 0,
+            pad_id: None,
             dropout: 0.1,
         }
     }
@@ -216,13 +216,73 @@ impl BertParams {
             heads: self.heads.unwrap_or(base[2]),
             ffn: self.ffn.unwrap_or(base[3]),
             vocab: self.vocab.unwrap_or(BERT_VOCAB),
-            max_position: self.max_position,
-            type_vocab: self.type_vocab,
-            layer_norm_eps: self.layer_norm_eps,
+            max_position: self.max_position.unwrap_or(512),
+            type_vocab: self.type_vocab.unwrap_or(2),
+            layer_norm_eps: self.layer_norm_eps.unwrap_or(1e-12),
             dropout: self.dropout,
-            pad_id: self.pad_id,
+            pad_id: self.pad_id.unwrap_or(0),
             pooling: self.pooling,
         };
+        check_shape(&shape, src)?;
+        Ok(shape)
+    }
+
+    /// The geometry of the Hugging Face checkpoint in `dir` (its `config.json`), with these
+    /// keys' `pooling`, `dropout` and `pad_id`; every geometry key given here must agree with
+    /// it.
+    ///
+    /// # Errors
+    /// A positioned [`crate::Error::Config`] at `init` for an unreadable or unsupported
+    /// `config.json`, and at the key (or `preset`) that disagrees with it.
+    pub fn shape_from_dir(
+        &self,
+        src: &crate::config::ParamSource,
+        dir: &std::path::Path,
+    ) -> crate::Result<BertShape> {
+        let c = hf::HfConfig::read(dir).map_err(|e| src.key_error("init", e.to_string(), None))?;
+        let mut shape = c.shape(self.pooling, self.dropout);
+        if let Some(pad) = self.pad_id {
+            shape.pad_id = pad;
+        }
+        let geometry = [shape.layers, shape.hidden, shape.heads, shape.ffn];
+        let preset = PRESETS
+            .iter()
+            .find(|(n, _)| Some(*n) == self.preset.as_deref());
+        let disagree = |key: &str, given: String, has: String| {
+            Err(src.key_error(
+                key,
+                format!(
+                    "bert: {key} = {given} disagrees with {}: {has}",
+                    dir.join("config.json").display()
+                ),
+                Some("leave it out: the checkpoint fixes the geometry".into()),
+            ))
+        };
+        if let Some(name) = &self.preset
+            && preset.is_none_or(|(_, g)| *g != geometry)
+        {
+            return disagree("preset", format!("{name:?}"), format!("{geometry:?}"));
+        }
+        for (key, given, has) in [
+            ("layers", self.layers, shape.layers),
+            ("hidden", self.hidden, shape.hidden),
+            ("heads", self.heads, shape.heads),
+            ("ffn", self.ffn, shape.ffn),
+            ("vocab", self.vocab, shape.vocab),
+            ("max_position", self.max_position, shape.max_position),
+            ("type_vocab", self.type_vocab, shape.type_vocab),
+        ] {
+            if let Some(v) = given.filter(|v| *v != has) {
+                return disagree(key, v.to_string(), has.to_string());
+            }
+        }
+        if let Some(e) = self.layer_norm_eps.filter(|e| *e != shape.layer_norm_eps) {
+            return disagree(
+                "layer_norm_eps",
+                e.to_string(),
+                shape.layer_norm_eps.to_string(),
+            );
+        }
         check_shape(&shape, src)?;
         Ok(shape)
     }
@@ -271,6 +331,9 @@ fn check_shape(s: &BertShape, src: &crate::config::ParamSource) -> crate::Result
 }
 
 /// The `bert` factory: token ids `InputShape::Features(max_len)` with `max_len ≤ max_position`.
+/// When `[model] init` is a Hugging Face directory ([`hf::is_hf_dir`]), the geometry is its
+/// `config.json`'s ([`BertParams::shape_from_dir`]) and the trainer loads its weights
+/// ([`hf::load_dir`]).
 ///
 /// # Errors
 /// [`BertParams::shape`]'s, and a positioned error at `type` for images or at `max_position`
@@ -281,7 +344,10 @@ pub fn build(
     device: &Device,
 ) -> crate::Result<Model> {
     let p: BertParams = src.parse()?;
-    let shape = p.shape(src)?;
+    let shape = match src.model_init().filter(|d| hf::is_hf_dir(d)) {
+        Some(dir) => p.shape_from_dir(src, &dir)?,
+        None => p.shape(src)?,
+    };
     let InputShape::Features(len) = cx.input else {
         return Err(src.key_error(
             "type",

@@ -158,7 +158,54 @@ pub fn load_init(
         return Ok((model, None));
     };
     let file = relative_to(&cfg.base_dir, file);
+    if crate::model::bert::hf::is_hf_dir(&file) {
+        return load_hf_dir(cfg, model, &file);
+    }
     crate::model::init::load(model, &file, m.init_layout, &m.init_remap)
+        .map(|(model, r)| (model, Some(r)))
+        .map_err(|e| cfg.error_at("model", e.key, e.error.to_string(), None))
+}
+
+/// `[model] init = DIR` where DIR is a Hugging Face checkpoint (`config.json` +
+/// `model.safetensors`): only `type = "bert"` reads one (its factory took the geometry from
+/// the same `config.json`), in PyTorch layout with the renames of
+/// [`crate::model::bert::hf::remap`].
+///
+/// # Errors
+/// A positioned [`Error::Config`] at `init` for another model type or weights that do not fit,
+/// at `init_remap` when one is given (the renames are engram's own).
+fn load_hf_dir(
+    cfg: &LoadedConfig,
+    model: Model,
+    dir: &std::path::Path,
+) -> Result<(Model, Option<crate::model::init::InitReport>)> {
+    let m = &cfg.config.model;
+    let is_bert = model
+        .blocks()
+        .first()
+        .and_then(|b| b.downcast_ref::<crate::model::bert::Embeddings>())
+        .is_some();
+    if !is_bert {
+        return Err(cfg.error_at(
+            "model",
+            "init",
+            format!(
+                "{} is a Hugging Face checkpoint directory, which only type = \"bert\" reads",
+                dir.display()
+            ),
+            Some("name a safetensors file for this model, or use type = \"bert\"".into()),
+        ));
+    }
+    if !m.init_remap.is_empty() {
+        return Err(cfg.error_at(
+            "model",
+            "init_remap",
+            "a Hugging Face directory's tensor names are renamed by engram itself".into(),
+            Some("remove init_remap".into()),
+        ));
+    }
+    let layers = model.num_blocks().saturating_sub(2);
+    crate::model::bert::hf::load_dir(model, dir, layers)
         .map(|(model, r)| (model, Some(r)))
         .map_err(|e| cfg.error_at("model", e.key, e.error.to_string(), None))
 }
