@@ -322,3 +322,62 @@ fn init_dir_gives_the_geometry_and_the_weights() {
         .to_string();
     assert!(err.contains("only type = \"bert\" reads"), "{err}");
 }
+
+/// Under mixed precision (`compute_view(f16)`) every layer norm of the encoder stays `f32`
+/// (Burn's `LayerNorm` type, found by `Block::full_precision`'s default) and everything else is
+/// `f16`; the f16 forward of the tiny checkpoint stays within 0.05 of the f32 reference.
+#[test]
+fn amp_keeps_the_layer_norms_f32() {
+    use engram::core::burn::tensor::DType;
+    let device = Device::flex();
+    let (model, _) = hf::from_dir(&tiny_dir(), 3, Pooling::Cls, 0, &device).unwrap();
+    let view = model.compute_view(Some(DType::F16));
+    let mut norms = 0;
+    for (info, value) in view.param_values() {
+        let is_norm = info.path.contains("norm");
+        norms += usize::from(is_norm);
+        let want = if is_norm { DType::F32 } else { DType::F16 };
+        assert_eq!(value.dtype(), want, "{}", info.path);
+    }
+    assert_eq!(norms, 2 * (1 + 2 * 2), "gamma and beta of 5 layer norms");
+    let samples = reference();
+    let rows: Vec<Vec<i64>> = samples
+        .iter()
+        .map(|s| {
+            s["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_i64().unwrap())
+                .collect()
+        })
+        .collect();
+    let (hidden, _) = last_hidden(&view, ids_input(&rows, &device).cast(DType::F16));
+    assert_eq!(hidden.dtype(), DType::F16);
+    let got = hidden
+        .cast(DType::F32)
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let want: Vec<f64> = samples
+        .iter()
+        .flat_map(|s| s["last_hidden_state"].as_array().unwrap().clone())
+        .flat_map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let worst = rows
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, id)| **id != 0)
+        .flat_map(|(t, _)| (0..32).map(move |k| t * 32 + k))
+        .map(|i| (got[i] as f64 - want[i]).abs())
+        .fold(0f64, f64::max);
+    println!("bert-tiny in f16: max abs difference {worst:.3e}");
+    assert!(worst < 0.05, "{worst}");
+}
