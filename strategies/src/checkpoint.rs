@@ -589,3 +589,81 @@ mod op_level_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod bert_tests {
+    use super::*;
+    use engram_core::burn::tensor::{Device, Int, TensorData};
+    use engram_core::data::stream::{Batch, SampleRef};
+    use engram_core::model::bert::{BertShape, Pooling, build_bert};
+
+    const CE: crate::test_util::CeL2 = crate::test_util::CeL2(0.0);
+
+    /// The attention mask travels through segment boundaries (`Activation::Tokens`): with
+    /// dropout on and padded sequences, checkpointed gradients equal a plain step's.
+    #[test]
+    fn bert_with_padding_checkpointed_gradients_equal_plain() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let d = Device::flex().autodiff();
+        d.seed(3);
+        let mut r = engram_core::rng::stream(1, "init", 0, 0);
+        let shape = BertShape {
+            layers: 3,
+            hidden: 16,
+            heads: 2,
+            ffn: 32,
+            vocab: 30,
+            max_position: 8,
+            type_vocab: 2,
+            layer_norm_eps: 1e-12,
+            dropout: 0.2,
+            pad_id: 0,
+            pooling: Pooling::Mean,
+        };
+        let m = build_bert(&shape, 4, &mut r, &d);
+        // Rows of lengths 8, 5, 2 and 6, padded with 0.
+        let lens = [8usize, 5, 2, 6];
+        let x: Vec<f32> = (0..32)
+            .map(|i| {
+                let (row, t) = (i / 8, i % 8);
+                if t < lens[row] {
+                    (1 + (i * 7) % 29) as f32
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let b = Batch {
+            x: Tensor::from_data(TensorData::new(x, [4, 8]), &d),
+            y: Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1, 2, 3], [4]), &d),
+            weights: None,
+            logit_mask: None,
+            refs: (0..4).map(|i| SampleRef { task: 0, index: i }).collect(),
+            new_samples: 4,
+        };
+        let req = || StepRequest {
+            model: &m,
+            batch: b.clone(),
+            loss: &CE,
+            loss_scale: 1.0,
+            compute_dtype: None,
+            rng_seed: 11,
+        };
+        let grads = |o: &StepOutcome| -> Vec<Vec<f32>> {
+            m.flat_grads(&o.grads)
+                .into_iter()
+                .map(|(_, g)| g.into_data().try_to_vec::<f32>().unwrap())
+                .collect()
+        };
+        let want = grads(&crate::standard::plain_step(req()).unwrap());
+        assert_eq!(want.len(), m.params().len());
+        for interval in [1, 2, 3] {
+            let got = grads(
+                &checkpointed_step(req(), &Checkpoint::new(interval).segments(m.num_blocks()))
+                    .unwrap(),
+            );
+            let err = super::tests::max_rel_err(&got, &want);
+            assert!(err <= 1e-5, "interval {interval}: max relative error {err}");
+        }
+    }
+}
