@@ -125,7 +125,7 @@ pub fn checkpointed_step(
     // the backward pass that uses them.
     let frozen = model.clone().no_grad().compute_view(dt);
     let mut inputs = Vec::with_capacity(segments.len());
-    let mut x = Activation::Flat(to_dtype(req.batch.x.clone(), dt).detach());
+    let mut x = Activation::Flat(to_dtype(req.batch.x.clone(), model.input_dtype(dt)).detach());
     for (s, range) in segments.iter().enumerate() {
         inputs.push(x.clone());
         if s + 1 < segments.len() {

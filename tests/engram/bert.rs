@@ -381,3 +381,42 @@ fn amp_keeps_the_layer_norms_f32() {
     println!("bert-tiny in f16: max abs difference {worst:.3e}");
     assert!(worst < 0.05, "{worst}");
 }
+
+/// Token ids above 2048 (which `f16` cannot hold exactly: 2049 becomes 2048) reach the
+/// embeddings intact under mixed precision: the model asks for its input in `f32`
+/// (`Model::input_dtype`), and the f16 forward stays near the f32 one.
+#[test]
+fn amp_keeps_token_ids_exact() {
+    use engram::core::burn::tensor::DType;
+    let device = Device::flex();
+    let mut shape = small_shape(Pooling::Mean, 0.0);
+    shape.vocab = 3000;
+    let mut rng = engram::core::rng::stream(2, "init", 0, 0);
+    let model = bert::build_bert(&shape, 2, &mut rng, &device);
+    assert_eq!(model.input_dtype(Some(DType::F16)), None);
+    let rows = vec![vec![2049, 2051, 2999, 0], vec![2050, 2052, 0, 0]];
+    let x = ids_input(&rows, &device);
+    let rounded = vec_of(x.clone().cast(DType::F16).cast(DType::F32));
+    assert_eq!(rounded[0], 2048.0, "f16 cannot hold 2049");
+    let (full, _) = last_hidden(&model, x.clone());
+    let view = model.compute_view(Some(DType::F16));
+    let x = match model.input_dtype(Some(DType::F16)) {
+        Some(dt) => x.cast(dt),
+        None => x,
+    };
+    let (half, _) = last_hidden(&view, x);
+    assert_eq!(half.dtype(), DType::F16);
+    let a = full.into_data().try_to_vec::<f32>().unwrap();
+    let b = half
+        .cast(DType::F32)
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0f32, f32::max);
+    println!("ids > 2048 under f16: max abs difference {worst:.3e}");
+    assert!(worst < 0.05, "{worst}");
+}

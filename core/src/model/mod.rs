@@ -309,6 +309,18 @@ impl Model {
         self.clone().map(&mut Caster { keep, dtype })
     }
 
+    /// The dtype a step gives the model's input in when it computes in `compute` (mixed
+    /// precision): `compute` itself, except for a model whose first block reads token ids
+    /// (BERT's [`bert::Embeddings`]), whose input stays `f32` (`None`): `f16` holds integers
+    /// exactly only up to 2048 and `bf16` up to 256, below any real vocabulary.
+    pub fn input_dtype(&self, compute: Option<DType>) -> Option<DType> {
+        let ids = self
+            .blocks
+            .first()
+            .is_some_and(|b| b.downcast_ref::<bert::Embeddings>().is_some());
+        if ids { None } else { compute }
+    }
+
     /// Replaces parameter values outside autodiff: `f(info, value)` gets each float
     /// parameter's value flattened to `[numel]` (untracked) and returns the new value, or
     /// `None` to keep it. Ids, gradient requirements and checkpointing strategies are kept, as

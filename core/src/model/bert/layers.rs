@@ -35,7 +35,9 @@ pub struct Embeddings {
 impl Block for Embeddings {
     fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
         let x = x.into_flat();
-        let dt = x.dtype();
+        // The output takes the parameters' dtype (the compute dtype under mixed precision);
+        // the ids come in `f32` there ([`Model::input_dtype`](crate::model::Model::input_dtype)).
+        let dt = self.word.weight.val().dtype();
         let ids: Tensor<2, Int> = x.cast(DType::F32).int();
         let mask: Tensor<2, Bool> = ids.clone().not_equal_elem(self.pad_id as i64);
         let [_, len] = ids.dims();
@@ -54,7 +56,7 @@ impl Block for Embeddings {
             .unsqueeze_dim::<3>(0);
         let sum = words + pos + types;
         let hidden = self.dropout.forward(norm_f32(&self.norm, sum));
-        let hidden = if hidden.dtype() == dt || dt == DType::F32 {
+        let hidden = if hidden.dtype() == dt {
             hidden
         } else {
             hidden.cast(dt)
