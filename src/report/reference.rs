@@ -117,6 +117,10 @@ fn markdown_entry(s: &mut String, e: &Entry, k: Kind) {
         reg.name
     );
     let defaults = (reg.defaults)();
+    // A dataset's or format's own keys are `[data.options]`, not `[data]`'s.
+    if matches!(k, Kind::Dataset | Kind::Format) && !defaults.is_empty() {
+        s.push_str("[data.options]\n");
+    }
     for (key, value) in &defaults {
         let _ = writeln!(s, "{key} = {value}");
     }

@@ -244,18 +244,9 @@ fn read_table(path: &Path) -> Result<Table> {
     })
 }
 
-/// Reads `train.csv` and `test.csv` of `[data] path` (with `dataset.toml` when present).
-///
-/// # Errors
-/// [`Error::DataFile`] naming the file (and the line) for a missing file, a header without one
-/// `label` column, rows of another width, a cell that is not a number, a negative label or one
-/// `dataset.toml` does not name, headers that differ; [`super::assemble`]'s.
-pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
-    let dir = super::required_dir(req, FORMAT)?;
-    let opts: CsvOptions = req.options()?;
-    if let Some(text) = &opts.text_column {
-        return read_text(req, dir, &opts, text);
-    }
+/// Refuses the text keys (`label_column`, `tokenizer`, `max_len`) on a CSV of features, at
+/// the key: they apply only with `text_column`.
+fn refuse_text_keys(req: &crate::data::DatasetRequest<'_>, opts: &CsvOptions) -> Result<()> {
     for (key, given) in [
         ("label_column", opts.label_column.is_some()),
         ("tokenizer", opts.tokenizer.is_some()),
@@ -269,23 +260,13 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
             ));
         }
     }
-    let train = read_table(&dir.join(FILES[0]))?;
-    let test = read_table(&dir.join(FILES[1]))?;
-    if train.header != test.header {
-        return Err(bad(
-            &dir.join(FILES[1]),
-            FORMAT,
-            format!(
-                "its header differs from train.csv's ({} columns against {})",
-                test.header.len(),
-                train.header.len()
-            ),
-        ));
-    }
-    let mut meta = Meta::read(dir)?.unwrap_or_default();
-    // A label written as an integer is a class index, never a class name: checked here, as
-    // read, at a cost that does not depend on its value.
-    for (t, file) in [(&train, FILES[0]), (&test, FILES[1])] {
+    Ok(())
+}
+
+/// A label written as an integer is a class index, never a class name: checked as read, at a
+/// cost that does not depend on its value, naming the file and row of the first bad one.
+fn check_integer_labels(dir: &Path, train: &Table, test: &Table) -> Result<()> {
+    for (t, file) in [(train, FILES[0]), (test, FILES[1])] {
         let first_bad = t.labels.iter().enumerate().find_map(|(row, l)| {
             integer_shaped(l)
                 .then(|| super::label_problem(l, integer_value(l)))
@@ -300,6 +281,37 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
             ));
         }
     }
+    Ok(())
+}
+
+/// Reads `train.csv` and `test.csv` of `[data] path` (with `dataset.toml` when present).
+///
+/// # Errors
+/// [`Error::DataFile`] naming the file (and the line) for a missing file, a header without one
+/// `label` column, rows of another width, a cell that is not a number, a negative label or one
+/// `dataset.toml` does not name, headers that differ; [`super::assemble`]'s.
+pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
+    let dir = super::required_dir(req, FORMAT)?;
+    let opts: CsvOptions = req.options()?;
+    if let Some(text) = &opts.text_column {
+        return read_text(req, dir, &opts, text);
+    }
+    refuse_text_keys(req, &opts)?;
+    let train = read_table(&dir.join(FILES[0]))?;
+    let test = read_table(&dir.join(FILES[1]))?;
+    if train.header != test.header {
+        return Err(bad(
+            &dir.join(FILES[1]),
+            FORMAT,
+            format!(
+                "its header differs from train.csv's ({} columns against {})",
+                test.header.len(),
+                train.header.len()
+            ),
+        ));
+    }
+    let mut meta = Meta::read(dir)?.unwrap_or_default();
+    check_integer_labels(dir, &train, &test)?;
     let numeric = train
         .labels
         .iter()
