@@ -130,24 +130,19 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
     let path = super::required_dir(req, FORMAT)?;
     let opts: JsonlOptions = req.options()?;
     let given = path.is_dir();
-    let fraction = opts.test_fraction.unwrap_or(text::DEFAULT_TEST_FRACTION);
-    if given && opts.test_fraction.is_some() {
-        return Err(req.options.key_error(
-            "test_fraction",
-            format!(
-                "`test_fraction`: {} is a folder of train.jsonl and test.jsonl, which are the split",
-                path.display()
-            ),
-            Some("remove test_fraction, or name one .jsonl file as `path` to split it".into()),
-        ));
-    }
-    if !(0.0..1.0).contains(&fraction) {
-        return Err(req.options.key_error(
-            "test_fraction",
-            format!("`test_fraction`: {fraction} is not in [0, 1)"),
-            None,
-        ));
-    }
+    let fraction = text::test_fraction(
+        req,
+        opts.test_fraction,
+        given.then(|| {
+            (
+                format!(
+                    "{} is a folder of train.jsonl and test.jsonl",
+                    path.display()
+                ),
+                "name one .jsonl file as `path` to split it",
+            )
+        }),
+    )?;
     let tok = text::tokenizer(req, &opts.tokenizer, opts.max_len)?;
     let mut lossy = Lossy::default();
     let (train, test, classes) = if given {

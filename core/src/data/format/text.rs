@@ -32,6 +32,35 @@ pub const DEFAULT_MAX_LEN: usize = 128;
 /// The default `test_fraction` of the seeded split.
 pub const DEFAULT_TEST_FRACTION: f64 = 0.2;
 
+/// The test share of a seeded split: `test_fraction` (default [`DEFAULT_TEST_FRACTION`]) in
+/// `[0, 1)`. `given` is `Some((what, how))` when the data already holds its split (`what`
+/// names it; `how` says how to have it split instead), where `test_fraction` is refused.
+///
+/// # Errors
+/// [`Error::Config`] at the `test_fraction` key, from `req`'s options.
+pub fn test_fraction(
+    req: &crate::data::DatasetRequest<'_>,
+    test_fraction: Option<f64>,
+    given: Option<(String, &str)>,
+) -> Result<f64> {
+    if let (Some((what, how)), Some(_)) = (&given, test_fraction) {
+        return Err(req.options.key_error(
+            "test_fraction",
+            format!("`test_fraction`: {what}, which are the split"),
+            Some(format!("remove test_fraction, or {how}")),
+        ));
+    }
+    let fraction = test_fraction.unwrap_or(DEFAULT_TEST_FRACTION);
+    if !(0.0..1.0).contains(&fraction) {
+        return Err(req.options.key_error(
+            "test_fraction",
+            format!("`test_fraction`: {fraction} is not in [0, 1)"),
+            None,
+        ));
+    }
+    Ok(fraction)
+}
+
 /// The default for `max_len`.
 pub fn default_max_len() -> usize {
     DEFAULT_MAX_LEN

@@ -157,24 +157,16 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
     let dir = super::required_dir(req, FORMAT)?;
     let opts: TextFolderOptions = req.options()?;
     let given = dir.join("train").is_dir();
-    let fraction = opts.test_fraction.unwrap_or(text::DEFAULT_TEST_FRACTION);
-    if given && opts.test_fraction.is_some() {
-        return Err(req.options.key_error(
-            "test_fraction",
-            format!(
-                "`test_fraction`: {} has train/ and test/ folders, which are the split",
-                dir.display()
-            ),
-            Some("remove test_fraction, or give only CLASS/ folders to split them".into()),
-        ));
-    }
-    if !(0.0..1.0).contains(&fraction) {
-        return Err(req.options.key_error(
-            "test_fraction",
-            format!("`test_fraction`: {fraction} is not in [0, 1)"),
-            None,
-        ));
-    }
+    let fraction = text::test_fraction(
+        req,
+        opts.test_fraction,
+        given.then(|| {
+            (
+                format!("{} has train/ and test/ folders", dir.display()),
+                "give only CLASS/ folders to split them",
+            )
+        }),
+    )?;
     let tok = text::tokenizer(req, &opts.tokenizer, opts.max_len)?;
     let mut lossy = Lossy::default();
     let train_dirs = sorted_dirs(&if given {
