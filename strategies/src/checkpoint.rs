@@ -245,6 +245,35 @@ mod tests {
             .collect()
     }
 
+    /// Asserts that checkpointed steps every 1, 2 and 3 blocks give `m`'s plain-step gradients
+    /// on `b` with `loss` (every parameter, within 1e-5 relative), rng seed 11 for both.
+    pub(super) fn assert_checkpointed_equals_plain(m: &Model, b: &Batch, loss: &dyn LossFn) {
+        let req = || StepRequest {
+            model: m,
+            batch: b.clone(),
+            loss,
+            loss_scale: 1.0,
+            compute_dtype: None,
+            rng_seed: 11,
+        };
+        let grads = |o: &StepOutcome| -> Vec<Vec<f32>> {
+            m.flat_grads(&o.grads)
+                .into_iter()
+                .map(|(_, g)| g.into_data().try_to_vec::<f32>().unwrap())
+                .collect()
+        };
+        let want = grads(&crate::standard::plain_step(req()).unwrap());
+        assert_eq!(want.len(), m.params().len());
+        for interval in [1, 2, 3] {
+            let got = grads(
+                &checkpointed_step(req(), &Checkpoint::new(interval).segments(m.num_blocks()))
+                    .unwrap(),
+            );
+            let err = max_rel_err(&got, &want);
+            assert!(err <= 1e-5, "interval {interval}: max relative error {err}");
+        }
+    }
+
     pub(super) fn max_rel_err(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
         assert_eq!(a.len(), b.len());
         a.iter()
@@ -360,29 +389,7 @@ mod vit_tests {
             refs: (0..4).map(|i| SampleRef { task: 0, index: i }).collect(),
             new_samples: 4,
         };
-        let req = || StepRequest {
-            model: &m,
-            batch: b.clone(),
-            loss: &CE,
-            loss_scale: 1.0,
-            compute_dtype: None,
-            rng_seed: 11,
-        };
-        let grads = |o: &StepOutcome| -> Vec<Vec<f32>> {
-            m.flat_grads(&o.grads)
-                .into_iter()
-                .map(|(_, g)| g.into_data().try_to_vec::<f32>().unwrap())
-                .collect()
-        };
-        let want = grads(&crate::standard::plain_step(req()).unwrap());
-        for interval in [1, 2, 3] {
-            let got = grads(
-                &checkpointed_step(req(), &Checkpoint::new(interval).segments(m.num_blocks()))
-                    .unwrap(),
-            );
-            let err = super::tests::max_rel_err(&got, &want);
-            assert!(err <= 1e-5, "interval {interval}: max relative error {err}");
-        }
+        super::tests::assert_checkpointed_equals_plain(&m, &b, &CE);
     }
 }
 
@@ -641,29 +648,6 @@ mod bert_tests {
             refs: (0..4).map(|i| SampleRef { task: 0, index: i }).collect(),
             new_samples: 4,
         };
-        let req = || StepRequest {
-            model: &m,
-            batch: b.clone(),
-            loss: &CE,
-            loss_scale: 1.0,
-            compute_dtype: None,
-            rng_seed: 11,
-        };
-        let grads = |o: &StepOutcome| -> Vec<Vec<f32>> {
-            m.flat_grads(&o.grads)
-                .into_iter()
-                .map(|(_, g)| g.into_data().try_to_vec::<f32>().unwrap())
-                .collect()
-        };
-        let want = grads(&crate::standard::plain_step(req()).unwrap());
-        assert_eq!(want.len(), m.params().len());
-        for interval in [1, 2, 3] {
-            let got = grads(
-                &checkpointed_step(req(), &Checkpoint::new(interval).segments(m.num_blocks()))
-                    .unwrap(),
-            );
-            let err = super::tests::max_rel_err(&got, &want);
-            assert!(err <= 1e-5, "interval {interval}: max relative error {err}");
-        }
+        super::tests::assert_checkpointed_equals_plain(&m, &b, &CE);
     }
 }
