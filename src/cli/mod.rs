@@ -10,6 +10,7 @@ pub mod data;
 pub mod eval;
 pub mod export;
 pub mod list;
+pub mod new;
 pub mod report;
 pub mod resume;
 pub mod run;
@@ -87,6 +88,9 @@ commands! {
     /// Render a run's plots (PNG and SVG): accuracy matrix, per-task accuracy, memory, loss
     /// and learning rate.
     Report(report::ReportArgs) => report::report,
+    /// Write a new crate that builds against this engram: `engram new plugin NAME` (a model or
+    /// strategy the stock binary loads; only the new crate compiles).
+    New(new::NewArgs) => new::new,
     /// Print several runs side by side (ACC, BWT, forgetting, FWT, retention, time, memory).
     Compare(compare::CompareArgs) => compare::compare,
     /// Grids of runs: a sweep file's configs × axes × seeds, run here N at a time or as a

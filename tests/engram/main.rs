@@ -12,6 +12,7 @@ mod fetch;
 mod formats;
 mod fuzz;
 mod memory;
+mod new_plugin;
 mod outdir;
 mod plugins;
 mod recipes;
