@@ -38,7 +38,6 @@ assert len(rows) == 5 and all(x is not None for x in rows[-1]), rows
 if kind == "memory":
     steps = r["memory"]["strategies"][name]["steps"]
     assert steps > 0, f"the memory plugin saw {steps} steps"
-print(f"  {kind}: ACC {r['metrics']['acc']:.4f}")
 PY
   echo "  $kind plugin: built in $built s (only $name compiled), ran in $((SECONDS - t0 - built)) s"
 done

@@ -137,7 +137,7 @@ fn the_sample_experiment_loads_the_plugin_and_validates() {
         (
             "scheduler",
             "t-decay",
-            "type = \"t-decay\"\ngamma = 0.5",
+            "type = \"t-decay\"\ngamma = 0.8",
             "type = \"constant\"",
         ),
     ] {
@@ -204,4 +204,70 @@ fn bad_arguments_are_refused_with_exit_code_2() {
         std::fs::read_to_string(dir.join("keep.txt")).unwrap(),
         "mine"
     );
+}
+
+#[test]
+fn the_library_crate_depends_on_the_facade_with_engram_s_settings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let krate = tmp.path().join("my-study");
+    let (code, text) = run(&[
+        "new",
+        "library",
+        "my-study",
+        "--dir",
+        krate.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let manifest = toml_of(&krate.join("Cargo.toml"));
+    let ours = toml_of(&root().join("Cargo.toml"));
+    assert_eq!(manifest["package"]["name"].as_str(), Some("my-study"));
+    assert_eq!(
+        manifest["dependencies"]["engram"]["path"]
+            .as_str()
+            .map(|p| PathBuf::from(p).canonicalize().unwrap()),
+        Some(root().canonicalize().unwrap())
+    );
+    assert!(
+        !manifest["dependencies"]
+            .as_table()
+            .unwrap()
+            .contains_key("burn")
+    );
+    assert_eq!(manifest["profile"], ours["profile"]);
+    assert_eq!(
+        manifest["workspace"],
+        toml::Value::Table(toml::Table::new())
+    );
+    // Its own target directory (not engram's), engram's flags, lock file and build script.
+    let config = toml_of(&krate.join(".cargo/config.toml"));
+    assert!(config["build"].get("target-dir").is_none());
+    assert_eq!(
+        config["build"]["rustflags"],
+        toml_of(&root().join(".cargo/config.toml"))["build"]["rustflags"]
+    );
+    for same in ["Cargo.lock", "build.rs"] {
+        assert_eq!(
+            std::fs::read(krate.join(same)).unwrap(),
+            std::fs::read(root().join(same)).unwrap(),
+            "{same}"
+        );
+    }
+    // The program is the workspace's compiled example, without the book's anchors.
+    let main = std::fs::read_to_string(krate.join("src/main.rs")).unwrap();
+    let example = std::fs::read_to_string(root().join("examples/library.rs")).unwrap();
+    assert!(
+        main.starts_with("//! `my-study`: engram as a library"),
+        "{main}"
+    );
+    assert!(
+        !main.contains("ANCHOR") && main.contains("fn main()"),
+        "{main}"
+    );
+    let code_lines = |t: &str| {
+        t.lines()
+            .filter(|l| !l.starts_with("//!") && !l.contains("// ANCHOR"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(code_lines(&main), code_lines(&example));
 }
