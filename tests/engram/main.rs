@@ -3,9 +3,11 @@
 //! They run the real `engram` binary and the library on small slices of the real
 //! Fashion-MNIST (Debian's `dataset-fashion-mnist`, installed by `.ci/run`).
 
+mod augment;
 mod bad_input;
 mod bert;
 mod book;
+mod cifar;
 mod corrupt_data;
 mod e2e;
 mod fetch;

@@ -107,6 +107,9 @@ pub struct DataConfig {
     /// any yet. Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options: Option<toml::Table>,
+    /// `[data.augment]`: random crop and flip of training batches ([`crate::data::augment`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub augment: Option<crate::data::augment::Augment>,
     /// The scenario. Default `class-incremental`.
     #[serde(default = "default_scenario")]
     pub scenario: Scenario,

@@ -9,6 +9,7 @@
 //! [`format`]): any directory of IDX, NPY, CSV or image files, `dataset` then being only its
 //! display name.
 
+pub mod augment;
 pub mod catalog;
 pub mod dataset;
 pub mod format;
@@ -33,19 +34,30 @@ const FORMATS: [crate::component::Registration; 6] = [
     format::jsonl::REGISTRATION,
 ];
 
+/// The CIFAR datasets ([`format::cifar`]).
+const CIFAR: [crate::component::Registration; 2] = [
+    format::cifar::CIFAR10_REGISTRATION,
+    format::cifar::CIFAR100_REGISTRATION,
+];
+
 /// The built-in datasets and data formats: one registration for each IDX dataset of
-/// [`catalog::DATASETS`] (their one list), then [`FORMATS`] (the registry, `engram list` and
-/// the reference page are generated from it).
+/// [`catalog::DATASETS`] (their one list), then the [`CIFAR`] datasets, then [`FORMATS`] (the
+/// registry, `engram list` and the reference page are generated from it).
 pub const BUILTINS: &[crate::component::Registration] = &{
     const IDX: usize = catalog::DATASETS.len();
-    let mut out = [FORMATS[0]; IDX + FORMATS.len()];
+    const DATASETS: usize = IDX + CIFAR.len();
+    let mut out = [FORMATS[0]; DATASETS + FORMATS.len()];
     let mut i = 0;
     while i < IDX {
         out[i] = catalog::DATASETS[i].registration();
         i += 1;
     }
+    while i < DATASETS {
+        out[i] = CIFAR[i - IDX];
+        i += 1;
+    }
     while i < out.len() {
-        out[i] = FORMATS[i - IDX];
+        out[i] = FORMATS[i - DATASETS];
         i += 1;
     }
     out

@@ -18,6 +18,7 @@
 //! - **Atomic export** ([`export`]): a format writes into a fresh temporary directory beside
 //!   the target, which is renamed into place when complete; an existing target is never touched.
 
+pub mod cifar;
 pub mod csv;
 pub mod idx;
 pub mod image_folder;

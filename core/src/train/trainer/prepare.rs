@@ -95,6 +95,10 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     let ds = registry.load_dataset(&cfg, data_path.as_deref())?;
     let stream = Stream::build(Arc::new(ds), &c.data, c.run.seed)
         .map_err(|e| cfg.error_at("data", "tasks", e.to_string(), None))?;
+    if let Some(a) = &c.data.augment {
+        a.check(stream.dataset.input, stream.scenario)
+            .map_err(|m| cfg.error_at("data", "augment", m, None))?;
+    }
     // The model's factory checks its keys against the data's geometry now, before anything is
     // written (the model itself is built again, on the run's device, by `build_model`).
     let model = registry.build_model(&cfg, &model_context(&cfg, &stream), &device)?;
