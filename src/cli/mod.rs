@@ -15,6 +15,7 @@ pub mod report;
 pub mod resume;
 pub mod run;
 pub mod sweep;
+pub mod tune;
 pub mod validate;
 
 use clap::{Parser, Subcommand};
@@ -96,6 +97,9 @@ commands! {
     /// Grids of runs: a sweep file's configs × axes × seeds, run here N at a time or as a
     /// Slurm job array, then aggregated.
     Sweep(sweep::SweepArgs) => sweep::sweep,
+    /// Choose a recipe's knobs on your own stream: each grid point on the first tasks'
+    /// validation split (A-GEM's protocol), the best mean ACC written as DIR/tuned.toml.
+    Tune(tune::TuneArgs) => tune::tune,
 }
 
 impl Cli {
@@ -103,7 +107,7 @@ impl Cli {
     /// asks for a checkpoint at the next step instead of exiting at once.
     pub fn training(&self) -> bool {
         match &self.command {
-            Command::Run(_) | Command::Resume(_) => true,
+            Command::Run(_) | Command::Resume(_) | Command::Tune(_) => true,
             Command::Sweep(args) => args.command.trains(),
             _ => false,
         }

@@ -39,5 +39,6 @@ pub mod local;
 pub mod resources;
 pub mod slurm;
 pub mod suite;
+pub mod tune;
 
 pub use grid::{GridRun, Manifest, Sweep};

@@ -25,4 +25,5 @@ mod schedulers;
 mod sweep;
 mod synopsis;
 mod text;
+mod tune;
 mod util;
