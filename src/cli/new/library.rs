@@ -147,10 +147,16 @@ impl LibraryPlan {
         ))
     }
 
-    /// `src/main.rs`: engram's `examples/library.rs` (the book's smallest library program)
-    /// under a header of its own, without the book's anchors.
+    /// `src/main.rs`: engram's `examples/library.rs` (the book's smallest library program, from
+    /// the tree the crate depends on, else the copy built into this binary) under a header of
+    /// its own, without the book's anchors.
     pub fn main_rs(&self) -> String {
-        let body: Vec<&str> = LIBRARY_EXAMPLE
+        let example = engram_file(
+            self.engram.as_deref(),
+            "examples/library.rs",
+            LIBRARY_EXAMPLE,
+        );
+        let body: Vec<&str> = example
             .lines()
             .skip_while(|l| l.starts_with("//!"))
             .filter(|l| !l.trim_start().starts_with("// ANCHOR"))
