@@ -16,7 +16,7 @@ fn main() -> engram::core::Result<()> {
         .dataset_named("fashion-mnist")
         .data(|d| {
             d.tasks = Some(2);
-            d.classes_per_task = Some(2);
+            d.classes_per_task = Some(2.into());
             d.subsample = Some(1000);
         })
         .model(MlpParams {

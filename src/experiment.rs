@@ -16,7 +16,7 @@
 //!     .dataset_named("fashion-mnist")
 //!     .data(|d| {
 //!         d.tasks = Some(5);
-//!         d.classes_per_task = Some(2);
+//!         d.classes_per_task = Some(2.into());
 //!     })
 //!     .model(MlpParams { hidden: vec![400, 400], ..MlpParams::default() })
 //!     .forgetting(EwcParams::default())
@@ -34,6 +34,7 @@ use engram_core::config::{DataConfig, LoadedConfig, OptimizerConfig, RunConfig, 
 use engram_core::data::Dataset;
 use engram_core::error::{Error, Result};
 use engram_core::registry::{Origin, Registry};
+use engram_core::train::observer::{Observer, SharedObserver};
 use engram_core::train::report::Report;
 use engram_core::train::trainer::{self, Prepared, RunOptions};
 use std::path::Path;
@@ -50,6 +51,8 @@ pub struct Experiment {
     train: TrainConfig,
     lists: [(Kind, Vec<toml::Table>); 3],
     progress: bool,
+    /// The program's observers of each run ([`Experiment::observe`]).
+    observers: Vec<SharedObserver>,
     /// Parameters that could not be serialised, reported by [`Experiment::prepare`].
     problems: Vec<String>,
 }
@@ -88,6 +91,7 @@ impl Experiment {
                 (Kind::Scheduler, Vec::new()),
             ],
             progress: false,
+            observers: Vec::new(),
             problems: Vec::new(),
         }
     }
@@ -208,6 +212,29 @@ impl Experiment {
         self
     }
 
+    /// Tells `observer` how each run goes: every
+    /// [`RunEvent`](engram_core::train::observer::RunEvent) (a task's start and end, each
+    /// step's loss, each logged window, each accuracy cell, the end), on the training thread,
+    /// in order. A closure is an observer:
+    ///
+    /// ```no_run
+    /// use engram::core::train::observer::RunEvent;
+    /// let e = engram::Experiment::new().observe(|e: &RunEvent| {
+    ///     if let RunEvent::Eval { after_task: Some(k), task, accuracy, .. } = e {
+    ///         println!("after task {k}: task {task} at {accuracy:.3}");
+    ///     }
+    /// });
+    /// ```
+    ///
+    /// [`Experiment::run`], [`Experiment::run_seeds`] and [`Experiment::resume`] tell every
+    /// observer added; `metrics.jsonl` in the run's directory has the same `train` and `eval`
+    /// events whatever the observers.
+    pub fn observe(mut self, observer: impl Observer + Send + 'static) -> Self {
+        self.observers
+            .push(engram_core::train::observer::shared(observer));
+        self
+    }
+
     /// The config the experiment amounts to, as TOML (what the run records as
     /// `OUT/config.toml`; `engram run` on it trains the same run when the data is a file).
     ///
@@ -254,7 +281,15 @@ impl Experiment {
             return Err(Error::Other(p.clone()));
         }
         let cfg = LoadedConfig::from_source(Path::new("experiment.toml"), self.config_text()?)?;
-        trainer::prepare(cfg, &self.registry)
+        self.observed(trainer::prepare(cfg, &self.registry))
+    }
+
+    /// `prepared` with this experiment's observers.
+    fn observed(&self, prepared: Result<Prepared>) -> Result<Prepared> {
+        prepared.map(|mut p| {
+            p.observers = self.observers.clone();
+            p
+        })
     }
 
     /// Trains the whole stream, writing the run into `out` (report.json, steps.csv,
@@ -298,14 +333,14 @@ impl Experiment {
         let Some(first) = configs.first() else {
             return Ok(crate::seeds::Outcome::default());
         };
-        let first = trainer::prepare(first.clone(), &self.registry)?;
+        let first = self.observed(trainer::prepare(first.clone(), &self.registry))?;
         crate::seeds::run(
             crate::seeds::Plan {
                 configs,
                 first: Some(first),
                 target: out.to_path_buf(),
                 progress: self.progress,
-                prepare: &mut |cfg| trainer::prepare(cfg, &self.registry),
+                prepare: &mut |cfg| self.observed(trainer::prepare(cfg, &self.registry)),
             },
             &mut (),
         )
@@ -330,7 +365,7 @@ impl Experiment {
     /// # Errors
     /// As [`trainer::resume`].
     pub fn resume(&self, out: &Path) -> Result<Report> {
-        trainer::resume(out, &self.registry, self.progress, None)
+        trainer::resume_observed(out, &self.registry, self.progress, None, &self.observers)
     }
 }
 

@@ -17,10 +17,11 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// Files and directories that engram writes in a run's directory (and moves on [`promote`]).
-pub const RUN_FILES: [&str; 8] = [
+pub const RUN_FILES: [&str; 9] = [
     "report.json",
     "metrics.csv",
     "steps.csv",
+    "metrics.jsonl",
     "config.toml",
     "run.json",
     "aggregate.json",

@@ -41,7 +41,7 @@ pub fn run_table(r: &Report) -> String {
     let m = &r.metrics;
     let _ = writeln!(
         s,
-        "ACC {}  BWT {}  forgetting {}  FWT {}  retention {}",
+        "ACC {}  AIA {}  BWT {}  forgetting {}  FWT {}  retention {}",
         m.acc.map_or("–".into(), |v| format!("{v:.4}")),
         signed(m.bwt),
         signed(m.forgetting),
@@ -60,6 +60,7 @@ pub fn run_table(r: &Report) -> String {
         let _ = writeln!(
             s,
             "task-IL (logits restricted to each task's classes): ACC {}  BWT {}  each task right after training on it: {}",
+        m.aia.map_or("–".into(), |v| format!("{v:.4}")),
             tm.acc.map_or("–".into(), |v| format!("{v:.4}")),
             signed(tm.bwt),
             diagonal.join(" "),
@@ -148,6 +149,7 @@ pub fn confusion_table(m: &[Vec<u64>], names: &[String]) -> String {
         let _ = write!(s, " {c:>5}");
     }
     let _ = writeln!(s, "  recall  mostly mistaken for   class");
+        "aia": field(|m| m.aia),
     for &c in &rows {
         let total: u64 = m[c].iter().sum();
         let _ = write!(s, "  {c:>4}");
@@ -165,6 +167,7 @@ pub fn confusion_table(m: &[Vec<u64>], names: &[String]) -> String {
                 name(k).map(|n| format!(" {n}")).unwrap_or_default(),
                 m[c][k] as f64 / total as f64 * 100.0
             ),
+        "aia",
             None => "–".into(),
         };
         match name(c) {

@@ -126,7 +126,8 @@ pub fn dispatch(cli: &Cli) -> Result<()> {
 
 /// The help of a `--device` option, generated from
 /// [`DEVICE_NAMES`](engram::core::device::DEVICE_NAMES) so that every command lists the same
-/// devices: `{lead} ({names}; {the last N} need their build features){tail}`.
+/// devices: `{lead} ({names}; {the last N} need their build features; cuda:N and vulkan:N
+/// pick the N-th device){tail}`.
 pub fn device_help(lead: &str, tail: &str) -> String {
     use engram::core::device::DEVICE_NAMES;
     let (last, rest) = DEVICE_NAMES.split_last().expect("at least one device");
@@ -147,7 +148,7 @@ pub fn device_help(lead: &str, tail: &str) -> String {
             format!("; the last {n} need their build features")
         }
     };
-    format!("{lead} ({names}{featured}){tail}")
+    format!("{lead} ({names}{featured}; cuda:N and vulkan:N pick the N-th device){tail}")
 }
 
 /// [`trainer::prepare`], with an error in a strategy's keys placed for the user by
@@ -198,7 +199,8 @@ mod tests {
         }
         assert_eq!(
             h,
-            "Device (cpu, vulkan, cuda or cubecl-cpu; the last three need their build features)"
+            "Device (cpu, vulkan, cuda or cubecl-cpu; the last three need their build features; \
+             cuda:N and vulkan:N pick the N-th device)"
         );
     }
 }

@@ -56,6 +56,9 @@ pub struct RunRow {
     pub seeds: usize,
     /// Average accuracy after the last task (fraction).
     pub acc: Option<Stat>,
+    /// Average incremental accuracy (Rebuffi et al. 2017; fraction;
+    /// [`engram_core::train::metrics::average_incremental_accuracy`]).
+    pub aia: Option<Stat>,
     /// Backward transfer (fraction; negative = forgetting).
     pub bwt: Option<Stat>,
     /// Average forgetting (fraction; positive = forgetting).
@@ -155,6 +158,7 @@ impl RunRow {
             name: name.to_string(),
             seeds: reports.len(),
             acc: of(&|r| r.metrics.acc),
+            aia: of(&|r| r.metrics.aia),
             bwt: of(&|r| r.metrics.bwt),
             forgetting: of(&|r| r.metrics.forgetting),
             fwt: of(&|r| r.metrics.fwt),
@@ -284,7 +288,7 @@ pub fn data_differences(rows: &[RunRow]) -> Vec<String> {
 
 /// The `engram compare` table: a header and one row per run, columns aligned.
 ///
-/// Columns: `run`, `seeds`, `ACC`, `BWT`, `forgetting`, `FWT`, `retention`, `task-IL ACC` (4
+/// Columns: `run`, `seeds`, `ACC`, `AIA` (average incremental accuracy), `BWT`, `forgetting`, `FWT`, `retention`, `task-IL ACC` (4
 /// decimals, fractions; the last for class-incremental runs), `time (s)` (1 decimal), `peak MiB` (1 decimal), `params k` (the final model's
 /// parameters in thousands, 1 decimal); `–` where undefined.
 pub fn compare_table(rows: &[RunRow]) -> String {
@@ -292,6 +296,7 @@ pub fn compare_table(rows: &[RunRow]) -> String {
         "run",
         "seeds",
         "ACC",
+        "AIA",
         "BWT",
         "forgetting",
         "FWT",
@@ -309,6 +314,7 @@ pub fn compare_table(rows: &[RunRow]) -> String {
                 r.name.clone(),
                 r.seeds.to_string(),
                 cell(&r.acc, 4),
+                cell(&r.aia, 4),
                 cell(&r.bwt, 4),
                 cell(&r.forgetting, 4),
                 cell(&r.fwt, 4),

@@ -420,7 +420,7 @@ fn an_experiment_runs_several_seeds() {
         .dataset_named("fashion-mnist")
         .data(|d| {
             d.tasks = Some(2);
-            d.classes_per_task = Some(2);
+            d.classes_per_task = Some(2.into());
             d.subsample = Some(600);
             d.test_subsample = Some(200);
         })

@@ -426,7 +426,7 @@ fn the_library_builder_trains_in_memory_data_and_resumes_it() {
             .unwrap()
             .data(|d| {
                 d.tasks = Some(2);
-                d.classes_per_task = Some(2);
+                d.classes_per_task = Some(2.into());
             })
             .model(MlpParams {
                 hidden: vec![32],

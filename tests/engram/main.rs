@@ -4,6 +4,7 @@
 //! Fashion-MNIST (Debian's `dataset-fashion-mnist`, installed by `.ci/run`).
 
 mod augment;
+mod avalanche;
 mod bad_input;
 mod bert;
 mod book;

@@ -169,13 +169,43 @@ impl LoadedConfig {
                 ),
             ));
         }
-        if d.classes_per_task == Some(0) {
-            return Err(self.error_at(
-                "data",
-                "classes_per_task",
-                "classes_per_task = 0 gives a task no class".into(),
-                Some("set it to 1 or more (2 is the default), or remove it".into()),
-            ));
+        match &d.classes_per_task {
+            Some(ClassesPerTask::Each(0)) => {
+                return Err(self.error_at(
+                    "data",
+                    "classes_per_task",
+                    "classes_per_task = 0 gives a task no class".into(),
+                    Some("set it to 1 or more (2 is the default), or remove it".into()),
+                ));
+            }
+            Some(list @ ClassesPerTask::List(v)) if v.is_empty() || v.contains(&0) => {
+                return Err(self.error_at(
+                    "data",
+                    "classes_per_task",
+                    format!("classes_per_task = {list} gives a task no class"),
+                    Some(
+                        "list 1 or more classes for every task, e.g. [6, 1, 1, 1, 1] (a first \
+                         task of 6 classes, then one class a task)"
+                            .into(),
+                    ),
+                ));
+            }
+            Some(list @ ClassesPerTask::List(v)) if d.tasks.is_some_and(|t| t != v.len()) => {
+                return Err(self.error_at(
+                    "data",
+                    "tasks",
+                    format!(
+                        "tasks = {} but classes_per_task = {list} lists {} tasks",
+                        d.tasks.unwrap_or_default(),
+                        v.len()
+                    ),
+                    Some(format!(
+                        "remove `tasks` (the list gives the number of tasks) or set tasks = {}",
+                        v.len()
+                    )),
+                ));
+            }
+            _ => {}
         }
         if d.class_order.as_ref().is_some_and(Vec::is_empty) {
             return Err(self.error_at(

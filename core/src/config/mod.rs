@@ -22,10 +22,12 @@ mod checks;
 mod overrides;
 mod params;
 mod spans;
+mod tasks;
 
 pub use overrides::*;
 pub use params::*;
 pub use spans::*;
+pub use tasks::*;
 
 /// `[run]`: run-wide settings.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -113,12 +115,12 @@ pub struct DataConfig {
     /// The scenario. Default `class-incremental`.
     #[serde(default = "default_scenario")]
     pub scenario: Scenario,
-    /// Number of tasks. Split scenarios default to `classes / classes_per_task`; permuted to 10.
+    /// Number of tasks. Default: `classes / classes_per_task` (a list's length); permuted: 10.
     #[serde(default)]
     pub tasks: Option<usize>,
-    /// Classes per task in split scenarios. Default 2.
+    /// Classes per task in split scenarios, or one count per task ([`ClassesPerTask`]). Default 2.
     #[serde(default)]
-    pub classes_per_task: Option<usize>,
+    pub classes_per_task: Option<ClassesPerTask>,
     /// The order in which classes are dealt to tasks. Default `0..classes`.
     #[serde(default)]
     pub class_order: Option<Vec<usize>>,

@@ -6,7 +6,7 @@
 //! [`SampleRef`]s rather than copies.
 
 use super::dataset::{Dataset, Split};
-use crate::config::{DataConfig, EvalSplit, Scenario};
+use crate::config::{ClassesPerTask, DataConfig, EvalSplit, Scenario};
 use crate::error::{Error, Result};
 use crate::rng;
 use burn::tensor::{Device, Int, Tensor, TensorData};
@@ -185,34 +185,14 @@ fn deal(
 ) -> Result<(Vec<Vec<usize>>, Vec<Perm>)> {
     Ok(match cfg.scenario {
         Scenario::ClassIncremental | Scenario::TaskIncremental => {
-            let cpt = match (cfg.classes_per_task, cfg.tasks) {
-                (Some(c), _) => c,
-                (None, Some(t)) if t > 0 => order.len() / t,
-                _ => 2,
+            let per_task = match (&cfg.classes_per_task, cfg.tasks) {
+                (Some(c), _) => c.clone(),
+                (None, Some(t)) if t > 0 => ClassesPerTask::Each(order.len() / t),
+                _ => ClassesPerTask::Each(2),
             };
-            if cpt == 0 || cpt > order.len() {
-                let n = order.len();
-                return Err(Error::Data(format!(
-                    "classes_per_task = {cpt} with {n} {}: set [data] classes_per_task to 1..={n} \
-                     (and tasks × classes_per_task to at most {n}), or use data with more classes",
-                    if n == 1 { "class" } else { "classes" }
-                )));
-            }
-            let tasks = cfg.tasks.unwrap_or(order.len() / cpt);
-            if tasks == 0 || tasks * cpt > order.len() {
-                return Err(Error::Data(format!(
-                    "{tasks} tasks × {cpt} classes per task needs {} classes; the \
-                         dataset and class_order give {}",
-                    tasks * cpt,
-                    order.len()
-                )));
-            }
-            (
-                (0..tasks)
-                    .map(|t| order[t * cpt..(t + 1) * cpt].to_vec())
-                    .collect(),
-                vec![None; tasks],
-            )
+            let classes = per_task.deal(cfg.tasks, order).map_err(Error::Data)?;
+            let perms = vec![None; classes.len()];
+            (classes, perms)
         }
         Scenario::DomainIncremental => {
             let tasks = cfg.tasks.unwrap_or(10);
@@ -250,7 +230,7 @@ fn warn_unused_classes(dataset: &Dataset, cfg: &DataConfig, per_task_classes: &[
         .collect();
     if !left.is_empty() && cfg.tasks.is_none() {
         eprintln!(
-            "warning: {} of the {classes} classes are in no task and their samples are not used: {}{} (tasks × classes_per_task = {}; set [data] tasks, classes_per_task or class_order to include them)",
+            "warning: {} of the {classes} classes are in no task and their samples are not used: {}{} (the tasks hold {} classes; set [data] tasks, classes_per_task or class_order to include them)",
             left.len(),
             left.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
             if left.len() > 5 { ", …" } else { "" },
@@ -532,6 +512,41 @@ mod tests {
         assert!(Stream::build(toy(), &cfg("tasks = 6\nclasses_per_task = 2"), 0).is_err());
         assert!(Stream::build(toy(), &cfg("class_order = [0, 0, 1]"), 0).is_err());
         assert!(Stream::build(toy(), &cfg("classes_per_task = 11"), 0).is_err());
+    }
+
+    #[test]
+    fn uneven_tasks_deal_their_counts_in_both_split_scenarios() {
+        for scenario in ["class-incremental", "task-incremental"] {
+            let c = cfg(&format!(
+                "scenario = \"{scenario}\"\nclasses_per_task = [6, 1, 2]\nclass_order = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]"
+            ));
+            let s = Stream::build(toy(), &c, 0).unwrap();
+            let classes: Vec<Vec<usize>> = s.tasks.iter().map(|t| t.classes.clone()).collect();
+            assert_eq!(classes, vec![vec![9, 8, 7, 6, 5, 4], vec![3], vec![2, 1]]);
+            // 6 training and 3 test samples a class.
+            let sizes: Vec<(usize, usize)> = s
+                .tasks
+                .iter()
+                .map(|t| (t.train.len(), t.test.len()))
+                .collect();
+            assert_eq!(sizes, vec![(36, 18), (6, 3), (12, 6)]);
+            // Task-IL masks to the task's own classes; class-IL (no mask_logits) masks nothing.
+            let b = s.batch(
+                &[SampleRef { task: 2, index: 1 }],
+                Part::Train,
+                2,
+                &Device::flex(),
+            );
+            let allowed = b.logit_mask.map(|m| {
+                let m = m.into_data().try_to_vec::<f32>().unwrap();
+                (0..10).filter(|&k| m[k] == 0.0).collect::<Vec<_>>()
+            });
+            let want = (scenario == "task-incremental").then(|| vec![1, 2]);
+            assert_eq!(allowed, want, "{scenario}");
+        }
+        let e = |text: &str| Stream::build(toy(), &cfg(text), 0).unwrap_err().to_string();
+        assert!(e("classes_per_task = [6, 5]").contains("deals 11 classes"));
+        assert!(e("tasks = 3\nclasses_per_task = [6, 1]").contains("lists 2 tasks"));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! | Forgetting | `mean_{j<T−1} max_{j≤i<T−1} R[i][j] − R[T−1][j]` | Chaudhry et al. 2018 (RWalk), eq. 7–8 |
 //! | FWT | `mean_{j>0} (R[j−1][j] − b_j)`, `b_j` = accuracy of the randomly initialised model | Lopez-Paz & Ranzato 2017, eq. 4 |
 //! | Retention | `Σ_{j<T−1} R[T−1][j] / Σ_{j<T−1} R[j][j]` | share of old-task accuracy kept |
+//! | AIA | `mean_k (1/(k+1)) Σ_{j≤k} R[k][j]` (average incremental accuracy) | Rebuffi et al. 2017 (iCaRL), §4 |
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +31,11 @@ pub struct Metrics {
     pub fwt: Option<f64>,
     /// Share of old-task accuracy kept.
     pub retention: Option<f64>,
+    /// Average incremental accuracy: the mean, over the rows, of each row's average accuracy
+    /// on the tasks trained so far ([`average_incremental_accuracy`]). Absent (`null`) in
+    /// reports of older versions.
+    #[serde(default)]
+    pub aia: Option<f64>,
 }
 
 fn mean(v: &[f64]) -> Option<f64> {
@@ -46,9 +52,17 @@ pub fn compute(r: &Matrix, b: &[f64]) -> Metrics {
     };
     let acc = mean(&last.iter().flatten().copied().collect::<Vec<_>>());
     let t = r.len();
-    if t < 2 || r.iter().any(|row| row.len() != t) {
+    if r.iter().any(|row| row.len() != t) {
         return Metrics {
             acc,
+            ..Metrics::default()
+        };
+    }
+    let aia = average_incremental_accuracy(r);
+    if t < 2 {
+        return Metrics {
+            acc,
+            aia,
             ..Metrics::default()
         };
     }
@@ -82,7 +96,27 @@ pub fn compute(r: &Matrix, b: &[f64]) -> Metrics {
         forgetting: mean(&forg),
         fwt: mean(&fwt),
         retention: (ret_cells > 0 && learned > 0.0).then(|| kept / learned),
+        aia,
     }
+}
+
+/// Average incremental accuracy (Rebuffi et al. 2017, iCaRL, §4: "the average of the
+/// classification accuracies after each batch of classes", i.e. each row's accuracy on the
+/// tasks seen so far): `AIA = (1/T) Σ_{k<T} A_k` with `A_k = (1/(k+1)) Σ_{j≤k} R[k][j]`, for
+/// a square `T×T` matrix `r`. A row's mean reads only its evaluated cells `j ≤ k`; a row
+/// without one is left out of the outer mean. `None` for a matrix that is empty, not square
+/// (joint training) or has no evaluated cell on or below its diagonal.
+pub fn average_incremental_accuracy(r: &Matrix) -> Option<f64> {
+    let t = r.len();
+    if r.iter().any(|row| row.len() != t) {
+        return None;
+    }
+    let rows: Vec<f64> = r
+        .iter()
+        .enumerate()
+        .filter_map(|(k, row)| mean(&row[..=k].iter().flatten().copied().collect::<Vec<_>>()))
+        .collect();
+    mean(&rows)
 }
 
 /// Mean and (sample, `n−1`) standard deviation of `values`; `None` when empty.
@@ -141,6 +175,9 @@ mod tests {
         assert!((x.fwt.unwrap() - 0.025).abs() < 1e-12);
         // Retention = (0.5 + 0.7) / (0.9 + 0.8) = 0.70588…
         assert!((x.retention.unwrap() - 1.2 / 1.7).abs() < 1e-12);
+        // AIA = (0.9 + (0.6 + 0.8)/2 + (0.5 + 0.7 + 0.9)/3) / 3 = (0.9 + 0.7 + 0.7) / 3
+        //     = 0.76667; the cells above the diagonal (0.1, 0.1, 0.2) are not read.
+        assert!((x.aia.unwrap() - 2.3 / 3.0).abs() < 1e-12);
     }
 
     #[test]
@@ -163,6 +200,8 @@ mod tests {
         let x = compute(&r, &[0.1, 0.1, 0.1]);
         assert!((x.acc.unwrap() - 2.0 / 3.0).abs() < 1e-12);
         assert!((x.bwt.unwrap() - (-0.3 - 0.4) / 2.0).abs() < 1e-12);
+        // AIA: rows 0.9, 0.8 (row 1 has only R[1][1]), (0.6 + 0.4 + 1.0)/3 → 2.366…/3.
+        assert!((x.aia.unwrap() - (0.9 + 0.8 + 2.0 / 3.0) / 3.0).abs() < 1e-12);
         // FWT reads R[j−1][j], none evaluated.
         assert_eq!(x.fwt, None);
     }
@@ -172,9 +211,12 @@ mod tests {
         let x = compute(&m(&[&[0.8]]), &[0.1]);
         assert_eq!(x.acc, Some(0.8));
         assert_eq!(x.bwt, None);
+        // One task: AIA is that task's accuracy.
+        assert_eq!(x.aia, Some(0.8));
         let j = compute(&m(&[&[0.8, 0.9, 1.0]]), &[]);
         assert!((j.acc.unwrap() - 0.9).abs() < 1e-12);
         assert_eq!(j.retention, None);
+        assert_eq!(j.aia, None);
     }
 
     #[test]

@@ -4,5 +4,6 @@ pub mod checkpoint;
 pub mod manifest;
 pub mod memory;
 pub mod metrics;
+pub mod observer;
 pub mod report;
 pub mod trainer;

@@ -3,7 +3,7 @@
 //! `report.json` (schema version [`SCHEMA_VERSION`]):
 //! - `accuracy_matrix`: rows = after training task i, columns = task j, fractions in `[0, 1]`,
 //!   `null` for cells not evaluated;
-//! - `metrics`: `acc`, `bwt`, `forgetting`, `fwt`, `retention` (see [`super::metrics`]);
+//! - `metrics`: `acc`, `bwt`, `forgetting`, `fwt`, `retention`, `aia` (see [`super::metrics`]);
 //! - `initial_accuracy`: `b_j`, the accuracy of the model as it starts the stream on each task
 //!   (for FWT); also as `random_init_accuracy` when that start is random; `init`: what
 //!   `[model] init` loaded;
@@ -361,6 +361,7 @@ impl Report {
                 }
             }
         }
+        "aia": cells((0..t).flat_map(|i| (0..=i).map(move |j| (i, j))).collect()),
         s
     }
 

@@ -158,7 +158,8 @@ pub fn confusion_matrix(
 /// keeps a finite loss, so the divergence check does not stop it; without this the run would
 /// finish silently with a dead model. `task_il` (class-incremental runs: the task-IL view of
 /// the same row) tells the two causes apart in the message: a task the features separate but
-/// the head never picks, or one not learned at all.
+/// the head never picks, or one not learned at all. A task of one class (an uneven stream's
+/// `classes_per_task = [6, 1, …]`) has no chance level of its own and is never flagged.
 pub(crate) fn check_learned(
     t: usize,
     classes: usize,
@@ -166,7 +167,10 @@ pub(crate) fn check_learned(
     task_il: Option<&[Option<f64>]>,
     events: &mut Vec<Event>,
 ) {
-    let chance = 1.0 / classes.max(1) as f64;
+    if classes < 2 {
+        return;
+    }
+    let chance = 1.0 / classes as f64;
     let Some(acc) = row.get(t).copied().flatten() else {
         return;
     };

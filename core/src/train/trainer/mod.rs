@@ -16,6 +16,7 @@ mod export;
 mod prepare;
 mod record;
 mod resume;
+mod publish;
 mod rollback;
 mod rundir;
 mod state;

@@ -34,6 +34,9 @@ pub struct Prepared {
     /// The data's fingerprint ([`crate::data::Dataset::fingerprint`]), recorded in every
     /// checkpoint and checked on resume.
     pub data_sha256: String,
+    /// The program's observers of the run's progress ([`crate::train::observer`]); none after
+    /// [`prepare`]. The terminal's bar is [`RunOptions::progress`], not one of these.
+    pub observers: Vec<crate::train::observer::SharedObserver>,
 }
 
 /// Resolves a path from the config against `base_dir` ([`LoadedConfig::base_dir`]); an
@@ -93,8 +96,18 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     registry.check_names(&cfg)?;
     let data_path = c.data.path.as_ref().map(|p| relative_to(&cfg.base_dir, p));
     let ds = registry.load_dataset(&cfg, data_path.as_deref())?;
+    let listed = c
+        .data
+        .classes_per_task
+        .as_ref()
+        .and_then(|l| l.listed_tasks());
+    let key = if listed.is_some() {
+        "classes_per_task"
+    } else {
+        "tasks"
+    };
     let stream = Stream::build(Arc::new(ds), &c.data, c.run.seed)
-        .map_err(|e| cfg.error_at("data", "tasks", e.to_string(), None))?;
+        .map_err(|e| cfg.error_at("data", key, e.to_string(), None))?;
     if let Some(a) = &c.data.augment {
         a.check(stream.dataset.input, stream.scenario)
             .map_err(|m| cfg.error_at("data", "augment", m, None))?;
@@ -123,6 +136,7 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
         memory,
         schedulers,
         setup_s: start.elapsed().as_secs_f64(),
+        observers: Vec::new(),
     })
 }
 

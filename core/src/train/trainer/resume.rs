@@ -264,9 +264,24 @@ pub fn resume(
     progress: bool,
     device: Option<&str>,
 ) -> Result<Report> {
+    resume_observed(out, registry, progress, device, &[])
+}
+
+/// [`resume`], telling `observers` the run's progress ([`crate::train::observer`]).
+///
+/// # Errors
+/// As [`resume`].
+pub fn resume_observed(
+    out: &Path,
+    registry: &Registry,
+    progress: bool,
+    device: Option<&str>,
+    observers: &[crate::train::observer::SharedObserver],
+) -> Result<Report> {
     check_resumable(out)?;
     let registry = with_recorded_plugins(out, registry)?;
     let mut p = prepare(on_device(run_config(out)?, device)?, &registry)?;
+    p.observers = observers.to_vec();
     let latest = usable_checkpoint(&mut p, out)?;
     match &latest {
         Some((path, ck))
@@ -299,8 +314,8 @@ pub fn resume(
 
 /// Checks that the entries of run directory `out` that resuming writes are of the kind it
 /// writes, so that a resume refuses before it writes anything rather than failing half-way:
-/// `checkpoints` a directory; `report.json`, `metrics.csv`, `steps.csv` and the lock file
-/// `.lock` regular files. Each may be absent. The binary calls it before taking the lock.
+/// `checkpoints` a directory; `report.json`, `metrics.csv`, `steps.csv`, `metrics.jsonl` and
+/// the lock file `.lock` regular files. Each may be absent. The binary calls it before taking the lock.
 ///
 /// # Errors
 /// [`Error::Usage`] naming the entry and what it should be.
@@ -321,6 +336,7 @@ pub fn check_resumable(out: &Path) -> Result<()> {
         ("report.json", "report"),
         ("metrics.csv", "metrics table"),
         ("steps.csv", "logged steps"),
+        ("metrics.jsonl", "metrics log"),
     ] {
         if kind(name) == Some(true) {
             return Err(wrong(name, "a directory", want));

@@ -37,6 +37,8 @@ pub(super) struct RunState<'a> {
     /// Whether a scheduler may roll a task back: only then is the task's start kept in memory.
     pub(super) rollback_policy: bool,
 }
+    /// The run's observers and `metrics.jsonl` (`publish.rs`).
+    pub(super) publisher: publish::Publisher,
 
 impl<'a> RunState<'a> {
     /// The state of run `p` writing into `opts.out`, at progress `pr` with `model` and
@@ -65,6 +67,7 @@ impl<'a> RunState<'a> {
             rollback_policy,
             c,
             inner,
+            publisher: publish::Publisher::new(opts.progress, &p.observers),
             ad: ad.clone(),
             p,
             opts,
@@ -79,7 +82,16 @@ impl<'a> RunState<'a> {
     ///
     /// # Errors
     /// As [`run`]; the progress reached stays in `pr`.
-    pub(super) fn run(mut self) -> Result<Report> {
+    pub(super) fn run(self) -> Result<Report> {
+        let end = self.publisher.observers_only();
+        let result = self.run_loop();
+        end.end(result.is_ok());
+        result
+    }
+
+    /// [`RunState::run`] before its observers hear the end.
+    fn run_loop(mut self) -> Result<Report> {
+        self.open_metrics_log()?;
         // b_j: the initial model on every task (for forward transfer).
         if self.pr.results.baseline.is_empty() {
             self.evaluate_baseline();
@@ -90,6 +102,7 @@ impl<'a> RunState<'a> {
             let task = self.begin_task()?;
             self.train_task(&task.info)?;
             self.end_task(&task.info)?;
+        self.publish_evals()?;
             self.evaluate_row(task.info.index);
             if self.roll_back_if_asked(task.start)? {
                 continue;
@@ -100,6 +113,7 @@ impl<'a> RunState<'a> {
     }
 
     /// Tasks the loop trains: every task of the stream, or one round over all of them
+            self.publish_evals()?;
     /// (`joint`).
     pub(super) fn rounds(&self) -> usize {
         if self.c.train.joint {

@@ -113,12 +113,9 @@ impl state::RunState<'_> {
         };
         let controls = self.controls(&position);
         let (rows, loss) = self.train_batch(&mut phase.meter, &position, &controls, chunk)?;
-        self.watch_leaks(&phase.bar, info.index)?;
+        self.watch_leaks(info.index)?;
         self.count_step(rows, f64::from(loss), controls.lr);
-        phase.bar.inc(1);
-        if self.pr.at.step_in_task.is_multiple_of(20) {
-            phase.bar.set_message(format!("loss {loss:.4}"));
-        }
+        self.publish_step(f64::from(loss), controls.lr)?;
         self.checkpoint_if_due(phase, info.index)
     }
 
@@ -222,7 +219,7 @@ impl state::RunState<'_> {
     ///
     /// # Errors
     /// [`Error::Other`] naming the leak when `on_leak = "stop"`.
-    fn watch_leaks(&mut self, bar: &indicatif::ProgressBar, round: usize) -> Result<()> {
+    fn watch_leaks(&mut self, round: usize) -> Result<()> {
         use crate::config::OnLeak;
         let on_leak = self.c.train.on_leak;
         if on_leak == OnLeak::Off {
@@ -240,7 +237,6 @@ impl state::RunState<'_> {
             message: summary.clone(),
         });
         if on_leak == OnLeak::Stop {
-            bar.finish_and_clear();
             return Err(Error::Other(format!(
                 "leak alarm (on_leak = \"stop\") at task {round}: {summary}"
             )));
@@ -289,7 +285,6 @@ impl state::RunState<'_> {
         phase.clock = Instant::now();
         self.save()?;
         if interrupted {
-            phase.bar.finish_and_clear();
             return Err(Error::Interrupted(format!(
                 "stopped {} at task {round}, step {} after writing a checkpoint",
                 self.opts.out.display(),

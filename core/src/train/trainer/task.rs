@@ -2,6 +2,7 @@
 //! its epochs, end it (the weights at its end and every `after_task` hook).
 
 use super::*;
+use crate::train::observer::RunEvent;
 use state::RunState;
 
 /// One task as the loop runs it.
@@ -13,11 +14,9 @@ pub(super) struct Task {
     pub(super) start: Option<Checkpoint>,
 }
 
-/// The training phase of one task in progress: its progress bar, its clock and its memory
-/// meter.
+/// The training phase of one task in progress: its clock and its memory meter (its progress
+/// is told to the run's observers, the terminal's bar among them: `publish.rs`).
 pub(super) struct TrainPhase {
-    /// The progress bar (hidden without a terminal).
-    pub(super) bar: indicatif::ProgressBar,
     /// Training time not yet added to the timings starts here.
     pub(super) clock: Instant,
     /// The phase's memory peak.
@@ -103,17 +102,9 @@ impl RunState<'_> {
             self.c.run.seed,
         );
         let steps_per_task = info.train_samples.div_ceil(batch_size) * epochs;
-        let bar = progress_bar(
-            self.opts.progress,
-            steps_per_task as u64,
-            info.index,
-            self.rounds(),
-            info.joint,
-        );
-        bar.set_position(self.pr.at.step_in_task as u64);
+        self.notify_task_start(info, steps_per_task);
         let clock = Instant::now();
         let mut phase = TrainPhase {
-            bar,
             clock,
             meter: PhaseMeter::start(),
             steps_per_task,
@@ -129,6 +120,7 @@ impl RunState<'_> {
                 self.step(&mut phase, info, chunk)?;
             }
             self.end_epoch();
+            self.publish_logs()?;
         }
         self.end_train_phase(phase);
         Ok(())
@@ -164,7 +156,9 @@ impl RunState<'_> {
         rec.memory.train.peak_bytes = rec.memory.train.peak_bytes.max(rec.task_train.peak_bytes);
         rec.memory.train.end_bytes = rec.task_train.end_bytes;
         rec.counters.final_loss.push(self.pr.losses.last_epoch_loss);
-        phase.bar.finish_and_clear();
+        self.notify(RunEvent::TaskEnd {
+            task: self.pr.at.round,
+        });
     }
 
     /// Ends the task `info`: the forgetting strategies' weights at its end
@@ -193,32 +187,4 @@ impl RunState<'_> {
         self.pr.record.timings.after_task_s += ta.elapsed().as_secs_f64();
         Ok(())
     }
-}
-
-/// The progress bar of task `round` of `rounds` (`len` steps), hidden unless `show`.
-fn progress_bar(
-    show: bool,
-    len: u64,
-    round: usize,
-    rounds: usize,
-    joint: bool,
-) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(len);
-    let label = if joint {
-        "joint".to_string()
-    } else {
-        format!("task {}/{}", round + 1, rounds)
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{prefix:>10} [{bar:30}] {pos}/{len} steps {per_sec} {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    bar.set_prefix(label);
-    bar
 }
