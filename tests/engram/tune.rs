@@ -156,11 +156,26 @@ fn the_held_out_table_is_generated_and_in_the_book() {
         "{table}"
     );
     // One row per config: naive, plain replay, the shipped recipe, the re-tuned recipe.
-    let rows = table
+    let main = table
+        .split_once("| config |")
+        .unwrap()
+        .1
+        .split("\n\n")
+        .next()
+        .unwrap();
+    let rows = main
         .lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| config"))
+        .filter(|l| l.starts_with("| ") && !l.starts_with("|---"))
         .count();
     assert_eq!(rows, 4, "{table}");
+    // The grid's own table: 4 distill × 3 horizon values, one chosen.
+    let grid = table.split_once("| distill | horizon |").unwrap().1;
+    assert_eq!(
+        grid.lines().filter(|l| l.starts_with("| ")).count(),
+        12,
+        "{table}"
+    );
+    assert_eq!(grid.matches("(chosen)").count(), 1, "{table}");
     assert!(table.contains("chose\n`forgetting.1.distill="), "{table}");
     for chapter in ["suite.md", "tuning.md"] {
         let md = std::fs::read_to_string(root.join("book/src").join(chapter)).unwrap();
