@@ -153,6 +153,11 @@ pub fn tune(cli: &Cli, registry: &Registry, args: &TuneArgs) -> Result<()> {
     match swept {
         // Failed runs are reported by the sweep; their points are not chosen.
         Err(Error::Other(m)) => eprintln!("warning: {m}"),
+        Err(Error::Interrupted(m)) => {
+            return Err(Error::Interrupted(format!(
+                "{m}; or rerun the same `engram tune` command: it resumes the grid"
+            )));
+        }
         other => other?,
     }
     let (_, cells, _) = engram::sweep::aggregate::cells(&grid_dir)?;

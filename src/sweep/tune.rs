@@ -407,4 +407,26 @@ mod tests {
         );
         assert!(text.contains("\"a.y\" = [\"p\", \"q\"]"), "{text}");
     }
+
+    #[test]
+    fn the_tuned_config_keeps_comments_sets_the_choice_and_absolute_paths() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("cfg")).unwrap();
+        std::fs::write(d.path().join("cfg/p.so"), b"").unwrap();
+        let file = d.path().join("cfg/c.toml");
+        let text = "# my recipe\nplugins = [\"p.so\", \"absent\"]\n[data]\ndataset = \"x\"\npath = \"d\"\n\
+                    [model]\ntype = \"mlp\"\n[optimizer]\ntype = \"sgd\"\nlr = 0.05 # tuned below\n";
+        std::fs::write(&file, text).unwrap();
+        let cfg = LoadedConfig::from_source(&file, text.into()).unwrap();
+        let out = tuned_text(&cfg, &["optimizer.lr=0.01".into()], "# header\n").unwrap();
+        let v: toml::Table = toml::from_str(&out).unwrap();
+        let base = std::path::absolute(d.path().join("cfg")).unwrap();
+        assert!(out.starts_with("# header\n# my recipe\n"), "{out}");
+        assert_eq!(v["optimizer"]["lr"].as_float(), Some(0.01));
+        assert_eq!(v["data"]["path"].as_str(), base.join("d").to_str());
+        let plugins = v["plugins"].as_array().unwrap();
+        assert_eq!(plugins[0].as_str(), base.join("p.so").to_str());
+        // A name that is not a file beside the config is a plugin name: kept as written.
+        assert_eq!(plugins[1].as_str(), Some("absent"));
+    }
 }
