@@ -288,3 +288,30 @@ fn a_library_run_tells_its_observer_every_step_and_cell() {
     });
     assert!(loss.is_some_and(|l| l.is_finite() && l > 0.0), "{loss:?}");
 }
+
+#[test]
+fn a_device_index_is_parsed_and_a_missing_device_is_bad_input() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "dev.toml", "class-incremental", "");
+    let out = d.path().join("dev");
+    for (device, says) in [
+        ("cpu:1", "`cpu` is one device and takes no index"),
+        ("cuda:x", "`x` in `cuda:x` is not a device index"),
+        ("gpu:0", "unknown device `gpu:0`"),
+        #[cfg(not(feature = "cuda"))]
+        (
+            "cuda:1",
+            "device `cuda:1`: this binary was built without CUDA",
+        ),
+        #[cfg(not(feature = "vulkan"))]
+        (
+            "vulkan:2",
+            "device `vulkan:2`: this binary was built without Vulkan",
+        ),
+    ] {
+        let (code, msg) = run_quiet(&cfg, &out, &["--device", device], &[]);
+        assert_eq!(code, 2, "{device}: {msg}");
+        assert!(msg.contains(says), "{device}: {msg}");
+        assert!(!out.join("report.json").exists());
+    }
+}
