@@ -94,11 +94,11 @@ pub fn registry_text(registry: &Registry, format: RegistryFormat) -> String {
     s
 }
 
-/// The reference page's section on `[data.augment]` ([`engram_core::data::augment::Augment`]):
+/// The reference page's section on `[data.augment]` ([`engram_core::config::Augment`]):
 /// its keys with their defaults (none of them augments), then the usual CIFAR settings.
 fn augment_section(s: &mut String) {
     let defaults =
-        toml::Table::try_from(engram_core::data::augment::Augment::default()).unwrap_or_default();
+        toml::Table::try_from(engram_core::config::Augment::default()).unwrap_or_default();
     s.push_str(
         "\n## Data augmentation: `[data.augment]`\n\n\
          Random crop with zero padding and random horizontal flip of training batches only \

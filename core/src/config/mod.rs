@@ -18,12 +18,14 @@ use std::sync::Arc;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
+mod augment;
 mod checks;
 mod overrides;
 mod params;
 mod spans;
 mod tasks;
 
+pub use augment::*;
 pub use overrides::*;
 pub use params::*;
 pub use spans::*;
@@ -111,7 +113,7 @@ pub struct DataConfig {
     pub options: Option<toml::Table>,
     /// `[data.augment]`: random crop and flip of training batches ([`crate::data::augment`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub augment: Option<crate::data::augment::Augment>,
+    pub augment: Option<Augment>,
     /// The scenario. Default `class-incremental`.
     #[serde(default = "default_scenario")]
     pub scenario: Scenario,

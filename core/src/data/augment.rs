@@ -4,6 +4,7 @@
 //! image or its horizontal flip"), as Avalanche's and Mammoth's training transforms
 //! (`RandomCrop(32, padding=4)`, `RandomHorizontalFlip()`) apply them.
 //!
+//! - **Keys**: [`Augment`] (`crop_padding`, `flip`).
 //! - **Where**: on each training step's batch, after the forgetting strategies prepared it, so
 //!   that replayed rows are augmented when drawn and replay buffers keep the original samples
 //!   (they store [`SampleRef`](super::stream::SampleRef)s). Evaluation, Fisher passes and
@@ -21,26 +22,10 @@
 
 use super::InputShape;
 use super::stream::{Batch, Part, Stream};
-use crate::config::Scenario;
+use crate::config::{Augment, Scenario};
 use crate::rng;
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::Rng as _;
-use serde::{Deserialize, Serialize};
-
-/// `[data.augment]`: what each training batch's images go through. Both keys off (the default)
-/// is no augmentation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Augment {
-    /// Pixels of zero padding on each side before a random crop back to the image's size
-    /// (4 for 32×32 images, 2 for 28×28 are the usual choices); 0 crops nothing. Below the
-    /// image's height and width.
-    #[serde(default)]
-    pub crop_padding: usize,
-    /// Flip each image left to right with probability ½.
-    #[serde(default)]
-    pub flip: bool,
-}
 
 /// One sample's draw: its crop offset in the padded image and whether it is flipped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,145 +38,144 @@ pub struct Draw {
     pub flip: bool,
 }
 
-impl Augment {
-    /// Whether it changes nothing (no padding, no flip).
-    pub fn is_off(&self) -> bool {
-        self.crop_padding == 0 && !self.flip
+/// Checks `a` against the data: images (`[channels, height, width]`) only, and not the
+/// permuted scenario (its pixels are shuffled: no longer an image); a padding below the
+/// height and the width.
+///
+/// # Errors
+/// The reason, for the caller to place in the config.
+pub fn check(a: &Augment, input: InputShape, scenario: Scenario) -> Result<(), String> {
+    if a.is_off() {
+        return Ok(());
     }
-
-    /// Checks it against the data: images (`[channels, height, width]`) only, and not the
-    /// permuted scenario (its pixels are shuffled: no longer an image); a padding below the
-    /// height and the width.
-    ///
-    /// # Errors
-    /// The reason, for the caller to place in the config.
-    pub fn check(&self, input: InputShape, scenario: Scenario) -> Result<(), String> {
-        if self.is_off() {
-            return Ok(());
-        }
-        let InputShape::Image { height, width, .. } = input else {
-            return Err(format!(
-                "[data.augment] crops and flips images; this data's samples are {input} \
-                 (token or feature data): remove [data.augment], or give image data a \
-                 `[data] shape = [channels, height, width]`"
-            ));
-        };
-        if scenario == Scenario::DomainIncremental {
-            return Err(
-                "[data.augment] crops and flips images; the domain-incremental \
-                 scenario permutes their pixels, so they are images no longer: remove \
-                 [data.augment] or use a split scenario"
-                    .into(),
-            );
-        }
-        if self.crop_padding >= height.min(width) {
-            return Err(format!(
-                "crop_padding = {} must be below the images' height and width ({height}×{width}): \
-                 4 for 32×32 images, 2 for 28×28 are usual",
-                self.crop_padding
-            ));
-        }
-        Ok(())
+    let InputShape::Image { height, width, .. } = input else {
+        return Err(format!(
+            "[data.augment] crops and flips images; this data's samples are {input} \
+             (token or feature data): remove [data.augment], or give image data a \
+             `[data] shape = [channels, height, width]`"
+        ));
+    };
+    if scenario == Scenario::DomainIncremental {
+        return Err(
+            "[data.augment] crops and flips images; the domain-incremental \
+             scenario permutes their pixels, so they are images no longer: remove \
+             [data.augment] or use a split scenario"
+                .into(),
+        );
     }
-
-    /// The draws of `n` samples from `r`: per sample `dy`, then `dx` (when cropping), then the
-    /// flip (when flipping).
-    pub fn draws(&self, n: usize, r: &mut rng::Rng) -> Vec<Draw> {
-        let span = 2 * self.crop_padding;
-        (0..n)
-            .map(|_| {
-                let (dy, dx) = if span > 0 {
-                    (r.random_range(0..=span), r.random_range(0..=span))
-                } else {
-                    (0, 0)
-                };
-                let flip = self.flip && r.random_bool(0.5);
-                Draw { dy, dx, flip }
-            })
-            .collect()
+    if a.crop_padding >= height.min(width) {
+        return Err(format!(
+            "crop_padding = {} must be below the images' height and width ({height}×{width}): \
+             4 for 32×32 images, 2 for 28×28 are usual",
+            a.crop_padding
+        ));
     }
+    Ok(())
+}
 
-    /// Gather indices `[draws.len(), c·h·w]` into a row of `c·h·w` values followed by `c`
-    /// padding values (value `c·h·w + k` is channel `k`'s padding): output `(c, y, x)` of
-    /// sample `i` reads padded `(c, y + dy, x' + dx)` ([module docs](self)).
-    pub fn indices(
-        &self,
-        draws: &[Draw],
-        channels: usize,
-        height: usize,
-        width: usize,
-    ) -> Vec<i64> {
-        let (p, plane) = (self.crop_padding, height * width);
-        let features = channels * plane;
-        let mut out = Vec::with_capacity(draws.len() * features);
-        for d in draws {
-            for c in 0..channels {
-                for y in 0..height {
-                    // Row and column in the unpadded image, when inside it.
-                    let row = (y + d.dy).checked_sub(p).filter(|&r| r < height);
-                    for x in 0..width {
-                        let xs = if d.flip { width - 1 - x } else { x };
-                        let col = (xs + d.dx).checked_sub(p).filter(|&q| q < width);
-                        out.push(match (row, col) {
-                            (Some(r), Some(q)) => (c * plane + r * width + q) as i64,
-                            _ => (features + c) as i64,
-                        });
-                    }
+/// The draws of `a` for `n` samples from `r`: per sample `dy`, then `dx` (when cropping), then the
+/// flip (when flipping).
+pub fn draws(a: &Augment, n: usize, r: &mut rng::Rng) -> Vec<Draw> {
+    let span = 2 * a.crop_padding;
+    (0..n)
+        .map(|_| {
+            let (dy, dx) = if span > 0 {
+                (r.random_range(0..=span), r.random_range(0..=span))
+            } else {
+                (0, 0)
+            };
+            let flip = a.flip && r.random_bool(0.5);
+            Draw { dy, dx, flip }
+        })
+        .collect()
+}
+
+/// `a`'s gather indices `[draws.len(), c·h·w]` into a row of `c·h·w` values followed by `c`
+/// padding values (value `c·h·w + k` is channel `k`'s padding): output `(c, y, x)` of
+/// sample `i` reads padded `(c, y + dy, x' + dx)` ([module docs](self)).
+pub fn indices(
+    a: &Augment,
+    draws: &[Draw],
+    channels: usize,
+    height: usize,
+    width: usize,
+) -> Vec<i64> {
+    let (p, plane) = (a.crop_padding, height * width);
+    let features = channels * plane;
+    let mut out = Vec::with_capacity(draws.len() * features);
+    for d in draws {
+        for c in 0..channels {
+            for y in 0..height {
+                // Row and column in the unpadded image, when inside it.
+                let row = (y + d.dy).checked_sub(p).filter(|&r| r < height);
+                for x in 0..width {
+                    let xs = if d.flip { width - 1 - x } else { x };
+                    let col = (xs + d.dx).checked_sub(p).filter(|&q| q < width);
+                    out.push(match (row, col) {
+                        (Some(r), Some(q)) => (c * plane + r * width + q) as i64,
+                        _ => (features + c) as i64,
+                    });
                 }
             }
         }
-        out
     }
+    out
+}
 
-    /// `x` `[n, c·h·w]` (images of `input`) cropped and flipped as `draws` say, padding channel
-    /// `k` with `pad[k]` (one value, or one per channel).
-    pub fn apply(&self, x: Tensor<2>, input: InputShape, pad: &[f32], draws: &[Draw]) -> Tensor<2> {
-        let InputShape::Image {
-            channels,
-            height,
-            width,
-        } = input
-        else {
-            return x;
-        };
-        let [n, f] = x.dims();
-        let device = x.device();
-        let pads: Vec<f32> = (0..n * channels)
-            .map(|k| pad[(k % channels).min(pad.len().saturating_sub(1))])
-            .collect();
-        let extended = Tensor::cat(
-            vec![
-                x,
-                Tensor::from_data(TensorData::new(pads, [n, channels]), &device),
-            ],
-            1,
-        );
-        let idx = self.indices(draws, channels, height, width);
-        let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [n, f]), &device);
-        extended.gather(1, idx)
-    }
+/// `x` `[n, c·h·w]` (images of `input`) cropped and flipped as `draws` say, padding channel
+/// `k` with `pad[k]` (one value, or one per channel).
+pub fn apply(
+    a: &Augment,
+    x: Tensor<2>,
+    input: InputShape,
+    pad: &[f32],
+    draws: &[Draw],
+) -> Tensor<2> {
+    let InputShape::Image {
+        channels,
+        height,
+        width,
+    } = input
+    else {
+        return x;
+    };
+    let [n, f] = x.dims();
+    let device = x.device();
+    let pads: Vec<f32> = (0..n * channels)
+        .map(|k| pad[(k % channels).min(pad.len().saturating_sub(1))])
+        .collect();
+    let extended = Tensor::cat(
+        vec![
+            x,
+            Tensor::from_data(TensorData::new(pads, [n, channels]), &device),
+        ],
+        1,
+    );
+    let idx = indices(a, draws, channels, height, width);
+    let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [n, f]), &device);
+    extended.gather(1, idx)
+}
 
-    /// The training batch `batch` of the step at (`task`, `global_step`) augmented: its inputs
-    /// cropped and flipped ([`Augment::apply`]) with draws from the stream
-    /// `(seed, "augment", task, global_step)`, padding with the training split's normalised 0.
-    /// Labels, weights, masks and refs are kept.
-    pub fn augment_batch(
-        &self,
-        mut batch: Batch,
-        stream: &Stream,
-        seed: u64,
-        task: usize,
-        global_step: usize,
-    ) -> Batch {
-        if self.is_off() || batch.is_empty() {
-            return batch;
-        }
-        let mut r = rng::stream(seed, "augment", task as u64, global_step as u64);
-        let draws = self.draws(batch.len(), &mut r);
-        let pad = black(stream, Part::Train);
-        batch.x = self.apply(batch.x, stream.dataset.input, &pad, &draws);
-        batch
+/// The training batch `batch` of the step at (`task`, `global_step`) augmented: its inputs
+/// cropped and flipped ([`apply`]) with draws from the stream
+/// `(seed, "augment", task, global_step)`, padding with the training split's normalised 0.
+/// Labels, weights, masks and refs are kept.
+pub fn augment_batch(
+    a: &Augment,
+    mut batch: Batch,
+    stream: &Stream,
+    seed: u64,
+    task: usize,
+    global_step: usize,
+) -> Batch {
+    if a.is_off() || batch.is_empty() {
+        return batch;
     }
+    let mut r = rng::stream(seed, "augment", task as u64, global_step as u64);
+    let draws = draws(a, batch.len(), &mut r);
+    let pad = black(stream, Part::Train);
+    batch.x = apply(a, batch.x, stream.dataset.input, &pad, &draws);
+    batch
 }
 
 /// A black pixel (stored value 0) of split `part` normalised, per normalisation group:
@@ -243,7 +227,7 @@ mod tests {
             dx: 0,
             flip: true,
         }];
-        let out = values(a.apply(x.clone(), image(2, 3, 4), &[-9.0], &d));
+        let out = values(apply(&a, x.clone(), image(2, 3, 4), &[-9.0], &d));
         // Row y of channel c read right to left: 100c + 10y + (3 − x).
         let want: Vec<f32> = (0..2)
             .flat_map(|c| {
@@ -257,7 +241,7 @@ mod tests {
             dx: 0,
             flip: false,
         }];
-        assert_eq!(values(a.apply(x, image(2, 3, 4), &[-9.0], &d)), known());
+        assert_eq!(values(apply(&a, x, image(2, 3, 4), &[-9.0], &d)), known());
     }
 
     #[test]
@@ -274,7 +258,7 @@ mod tests {
             dx: 0,
             flip: false,
         }];
-        let out = values(a.apply(x.clone(), image(2, 3, 4), &[-1.0, -2.0], &d));
+        let out = values(apply(&a, x.clone(), image(2, 3, 4), &[-1.0, -2.0], &d));
         #[rustfmt::skip]
         let want = [
             -1.0, 10.0, 11.0, 12.0,
@@ -291,7 +275,7 @@ mod tests {
             dx: 2,
             flip: true,
         }];
-        let out = values(a.apply(x, image(2, 3, 4), &[-1.0], &d));
+        let out = values(apply(&a, x, image(2, 3, 4), &[-1.0], &d));
         assert_eq!(&out[..4], &[-1.0, 3.0, 2.0, 1.0]);
         assert_eq!(&out[12..16], &[-1.0, 103.0, 102.0, 101.0]);
     }
@@ -302,9 +286,9 @@ mod tests {
             crop_padding: 2,
             flip: true,
         };
-        let d1 = a.draws(400, &mut rng::stream(7, "augment", 1, 5));
-        let d2 = a.draws(400, &mut rng::stream(7, "augment", 1, 5));
-        let d3 = a.draws(400, &mut rng::stream(7, "augment", 1, 6));
+        let d1 = draws(&a, 400, &mut rng::stream(7, "augment", 1, 5));
+        let d2 = draws(&a, 400, &mut rng::stream(7, "augment", 1, 5));
+        let d3 = draws(&a, 400, &mut rng::stream(7, "augment", 1, 6));
         assert_eq!(d1, d2);
         assert_ne!(d1, d3);
         assert!(d1.iter().all(|d| d.dy <= 4 && d.dx <= 4));
@@ -314,7 +298,7 @@ mod tests {
         let flips = d1.iter().filter(|d| d.flip).count();
         assert!((150..250).contains(&flips), "{flips} flips of 400");
         // Off: no draw moves anything.
-        let off = Augment::default().draws(3, &mut rng::stream(7, "augment", 1, 5));
+        let off = draws(&Augment::default(), 3, &mut rng::stream(7, "augment", 1, 5));
         assert!(off.iter().all(|d| *d
             == Draw {
                 dy: 0,
@@ -329,23 +313,14 @@ mod tests {
             crop_padding: 4,
             flip: true,
         };
-        let e = a
-            .check(InputShape::Features(12), Scenario::ClassIncremental)
-            .unwrap_err();
+        let e = check(&a, InputShape::Features(12), Scenario::ClassIncremental).unwrap_err();
         assert!(e.contains("vectors of 12 features"), "{e}");
-        let e = a
-            .check(image(1, 28, 28), Scenario::DomainIncremental)
-            .unwrap_err();
+        let e = check(&a, image(1, 28, 28), Scenario::DomainIncremental).unwrap_err();
         assert!(e.contains("permutes"), "{e}");
-        let e = a
-            .check(image(1, 4, 8), Scenario::ClassIncremental)
-            .unwrap_err();
+        let e = check(&a, image(1, 4, 8), Scenario::ClassIncremental).unwrap_err();
         assert!(e.contains("crop_padding = 4 must be below"), "{e}");
-        assert!(a.check(image(3, 32, 32), Scenario::TaskIncremental).is_ok());
-        assert!(
-            Augment::default()
-                .check(InputShape::Features(3), Scenario::DomainIncremental)
-                .is_ok()
-        );
+        assert!(check(&a, image(3, 32, 32), Scenario::TaskIncremental).is_ok());
+        let off = Augment::default();
+        assert!(check(&off, InputShape::Features(3), Scenario::DomainIncremental).is_ok());
     }
 }

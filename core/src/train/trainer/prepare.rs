@@ -109,7 +109,7 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     let stream = Stream::build(Arc::new(ds), &c.data, c.run.seed)
         .map_err(|e| cfg.error_at("data", key, e.to_string(), None))?;
     if let Some(a) = &c.data.augment {
-        a.check(stream.dataset.input, stream.scenario)
+        crate::data::augment::check(a, stream.dataset.input, stream.scenario)
             .map_err(|m| cfg.error_at("data", "augment", m, None))?;
     }
     // The model's factory checks its keys against the data's geometry now, before anything is

@@ -163,7 +163,14 @@ impl state::RunState<'_> {
         // Augmented after the strategies added their rows: replayed samples are augmented when
         // drawn, their buffers keep the originals.
         if let Some(a) = &self.c.data.augment {
-            batch = a.augment_batch(batch, &p.stream, seed, task, position.global_step);
+            batch = crate::data::augment::augment_batch(
+                a,
+                batch,
+                &p.stream,
+                seed,
+                task,
+                position.global_step,
+            );
         }
         // Burn's RNG (dropout) is reseeded from the position: resumable and exact.
         let rng_seed = rng::derive_seed(seed, "burn", task as u64, position.global_step as u64);
