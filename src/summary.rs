@@ -13,7 +13,9 @@ fn signed(v: Option<f64>) -> String {
     v.map_or_else(|| "–".into(), |v| format!("{:+.4}", v))
 }
 
-/// The accuracy matrix (percent) and the metrics of one run.
+/// The accuracy matrix (percent) and the metrics of one run; above the matrix's rows, the
+/// `initial` row: each task's accuracy before any training (`initial_accuracy`, the FWT
+/// baseline), with where that start came from (the `[model] init` file or a random start).
 pub fn run_table(r: &Report) -> String {
     let mut s = String::new();
     let n = r.accuracy_matrix.first().map_or(0, Vec::len);
@@ -26,6 +28,21 @@ pub fn run_table(r: &Report) -> String {
         let _ = write!(s, " {:>5}", format!("T{j}"));
     }
     s.push('\n');
+    // b_j, the model as it starts the stream (report.json's `initial_accuracy`): the seeded
+    // random start, or what `[model] init` loaded.
+    if !r.initial_accuracy.is_empty() {
+        let _ = write!(s, "{:>10}", "initial");
+        for v in &r.initial_accuracy {
+            let _ = write!(s, " {}", pct(Some(*v)));
+        }
+        match &r.init {
+            Some(i) => {
+                let _ = write!(s, "  (from {})", i.file.display());
+            }
+            None => s.push_str("  (random start)"),
+        }
+        s.push('\n');
+    }
     for (i, row) in r.accuracy_matrix.iter().enumerate() {
         let label = if r.joint {
             "joint".to_string()
@@ -49,6 +66,9 @@ pub fn run_table(r: &Report) -> String {
         m.retention.map_or("–".into(), |v| format!("{v:.4}")),
     );
     if let Some(note) = &r.retention_note {
+    if let Some(rule) = &r.normalization {
+        let _ = writeln!(s, "data normalised {rule}");
+    }
         let _ = writeln!(s, "  retention: {note}");
     }
     if let (Some(t), Some(tm)) = (&r.task_il_accuracy_matrix, &r.task_il_metrics) {

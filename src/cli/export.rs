@@ -1,8 +1,9 @@
-//! `engram export CHECKPOINT --safetensors FILE`: a checkpoint's weights for other tools,
-//! written under [`engram::outpath`]'s rule.
+//! `engram export CHECKPOINT --safetensors FILE [--layout burn|pytorch]`: a checkpoint's
+//! weights for other tools, written under [`engram::outpath`]'s rule, in Burn's layout
+//! (`Linear` weights `[d_in, d_out]`) or PyTorch's (`[d_out, d_in]`).
 
 use super::{Cli, device_help};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use engram::core::registry::Registry;
 use engram::core::train::trainer;
 use engram::core::{Error, Result};
@@ -23,6 +24,31 @@ pub struct ExportArgs {
     /// device or directory).
     #[arg(long)]
     overwrite: bool,
+    /// The tensors' layout: `burn` (Linear weights [in, out], what `[model] init` reads by
+    /// default) or `pytorch` (Linear weights [out, in] as torch.nn.Linear holds them, norms'
+    /// weight/bias; `[model] init_layout = "pytorch"` reads it back).
+    #[arg(long, value_enum, default_value_t = Layout::Burn)]
+    layout: Layout,
+}
+
+/// `--layout`: the layout of the exported tensors
+/// ([`trainer::ExportLayout`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Layout {
+    /// Burn's: a `Linear` weight is `[d_in, d_out]`.
+    Burn,
+    /// PyTorch's: a `Linear` weight is `[d_out, d_in]`, norms' `gamma`/`beta` are
+    /// `weight`/`bias`.
+    Pytorch,
+}
+
+impl From<Layout> for trainer::ExportLayout {
+    fn from(l: Layout) -> Self {
+        match l {
+            Layout::Burn => trainer::ExportLayout::Burn,
+            Layout::Pytorch => trainer::ExportLayout::Pytorch,
+        }
+    }
 }
 
 /// Refuses, before the checkpoint is loaded, a target that is one of the run's own files, a
@@ -72,8 +98,9 @@ fn precheck(checkpoint: &Path, safetensors: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `engram export`: loads the checkpoint's model and writes its tensors atomically; an
-/// existing file is replaced only with `--overwrite` and only when it is a regular file.
+/// `engram export`: loads the checkpoint's model and writes its tensors atomically in
+/// `--layout`'s layout; an existing file is replaced only with `--overwrite` and only when it
+/// is a regular file.
 pub fn export(cli: &Cli, registry: &Registry, args: &ExportArgs) -> Result<()> {
     let path = &args.safetensors;
     precheck(&args.checkpoint, path)?;
@@ -83,7 +110,7 @@ pub fn export(cli: &Cli, registry: &Registry, args: &ExportArgs) -> Result<()> {
         path,
         "--safetensors",
         Existing::Overwrite(args.overwrite),
-        |tmp| trainer::export_safetensors(&model, tmp),
+        |tmp| trainer::export_safetensors(&model, tmp, args.layout.into()),
     )?;
     if !cli.quiet {
         println!("{}", path.display());

@@ -67,6 +67,10 @@ pub struct RunRow {
     pub fwt: Option<Stat>,
     /// Share of old-task accuracy kept (fraction).
     pub retention: Option<Stat>,
+    /// Whether a report of the row has a `retention_note`: an old task scored no better than
+    /// chance right after training on it, so retention divides by that low diagonal and is not
+    /// a share kept (it can exceed 1); the figure marks such a row.
+    pub retention_caveat: bool,
     /// ACC of the task-IL view (class-incremental runs; fraction).
     pub task_il_acc: Option<Stat>,
     /// Wall-clock time of the whole run, seconds.
@@ -167,6 +171,7 @@ impl RunRow {
             total_s: of(&|r| Some(r.timings.total_s)),
             peak_mib: of(&|r| Some(r.memory.peak_bytes as f64 / MIB)),
             params_k: of(&|r| Some(r.memory.parameters as f64 / 1e3)),
+            retention_caveat: reports.iter().any(|r| r.retention_note.is_some()),
             data: reports.first().map_or(serde_json::Value::Null, benchmark),
             learned,
             naive: !reports.is_empty()

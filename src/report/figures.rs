@@ -306,13 +306,29 @@ pub(super) fn draw_memory<DB: DrawingBackend>(
     Ok(())
 }
 
-/// ACC and retention of each row as horizontal bars (fractions), whiskers at ± sd.
+/// ACC and retention of each row as horizontal bars (fractions), whiskers at ± sd. When a row's
+/// reports have a `retention_note` ([`RunRow::retention_caveat`]), its retention is written
+/// with a `*` and the figure ends with [`RETENTION_CAVEAT`].
 pub(super) fn draw_rows<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     rows: &[RunRow],
 ) -> Drawn<DB> {
     let titled = root.titled("ACC and retention (mean ± sd over seeds)", (FONT, 26))?;
-    let (left, right) = titled.split_horizontally(titled.dim_in_pixel().0 as i32 * 62 / 100);
+    // Retention divides by each old task's diagonal: where one was at chance, the ratio is not
+    // a share kept and can pass 1, as the report's note says; the figure says it too.
+    let caveat = rows
+        .iter()
+        .any(|r| r.retention_caveat && r.retention.is_some());
+    let body = if caveat {
+        let h = titled.dim_in_pixel().1 as i32;
+        let (body, foot) = titled.split_vertically(h - 28);
+        let style = TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+        foot.draw(&Text::new(RETENTION_CAVEAT, (15, 12), style))?;
+        body
+    } else {
+        titled
+    };
+    let (left, right) = body.split_horizontally(body.dim_in_pixel().0 as i32 * 62 / 100);
     let label_px = rows
         .iter()
         .map(|r| r.name.chars().count())
@@ -323,8 +339,9 @@ pub(super) fn draw_rows<DB: DrawingBackend>(
         + 10;
     let acc = |r: &RunRow| r.acc;
     let retention = |r: &RunRow| r.retention;
-    rows_panel(&left, rows, "ACC", &acc, PALETTE[0], Some(label_px))?;
-    rows_panel(&right, rows, "retention", &retention, PALETTE[1], None)
+    rows_panel(&left, rows, "ACC", &acc, PALETTE[0], Some(label_px), false)?;
+    let title = if caveat { "retention *" } else { "retention" };
+    rows_panel(&right, rows, title, &retention, PALETTE[1], None, caveat)
 }
 
 /// A run's name as a bar's label: at most 60 characters, the end kept (`…` before it).
@@ -338,8 +355,9 @@ fn row_label(name: &str) -> String {
 }
 
 /// One panel of [`draw_rows`]: the statistic `pick` of each row as a bar with its ± sd
-/// whisker and its mean written after it; the rows' names on the y axis when `label_px` is
-/// given (the label area's width).
+/// whisker and its mean written after it (with a `*` for a row with
+/// [`RunRow::retention_caveat`] when `mark_caveat`); the rows' names on the y axis when
+/// `label_px` is given (the label area's width).
 fn rows_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     rows: &[RunRow],
@@ -362,6 +380,10 @@ fn rows_panel<DB: DrawingBackend>(
             String::new()
         }
     };
+/// The footnote of the comparison figure when a row's retention is marked `*`.
+pub(super) const RETENTION_CAVEAT: &str = "* an old task was at chance right after training: \
+     retention divides by that accuracy, is not a share kept, can pass 1";
+
     let mut chart = ChartBuilder::on(area)
         .margin(15)
         .x_label_area_size(50)
@@ -382,6 +404,7 @@ fn rows_panel<DB: DrawingBackend>(
     chart.draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
         let s = pick(r)?;
         Some(Rectangle::new(
+    mark_caveat: bool,
             [(0.0, at(i) - 0.35), (s.mean, at(i) + 0.35)],
             colour.filled(),
         ))
@@ -398,7 +421,7 @@ fn rows_panel<DB: DrawingBackend>(
     chart.draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
         let s = pick(r)?;
         Some(Text::new(
-            format!(" {:.3}", s.mean),
+            format!(" {:.3}{star}", s.mean),
             (s.mean + s.std.unwrap_or(0.0), at(i)),
             style.clone(),
         ))
@@ -432,6 +455,11 @@ pub(super) fn draw_loss_lr<DB: DrawingBackend>(
     let x_max = steps.iter().map(|s| s.global_step).max().unwrap_or(0) as f64 + 1.0;
     let boundaries = task_starts(steps);
     let series = |f: fn(&StepLog) -> f64| -> Vec<(f64, f64)> {
+        let star = if mark_caveat && r.retention_caveat {
+            "*"
+        } else {
+            ""
+        };
         steps
             .iter()
             .filter(|s| f(s).is_finite())

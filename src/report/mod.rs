@@ -5,7 +5,9 @@
 //! label. engram enables plotters' `ab_glyph` feature instead and registers DejaVu Sans
 //! (embedded by the `dejavu` crate, a free licence) as `sans-serif` before drawing, so PNGs carry
 //! their axis labels, task names and legends wherever they are rendered. SVGs keep text as
-//! `<text>` elements (searchable, and drawn by the viewer's own sans-serif font).
+//! `<text>` elements (searchable, and drawn by the viewer's own sans-serif font). In PNGs the
+//! glyphs are placed by engram (`glyphs`: plotters' own placement raises a decimal point and
+//! drops side bearings, `0·75` for `0.75`).
 //!
 //! Every figure is rendered in memory (an SVG string, an RGB buffer encoded as PNG) and written
 //! with `write_atomic`, so a reader never sees a half-written picture.
@@ -29,6 +31,7 @@
 
 mod compare;
 mod figures;
+mod glyphs;
 mod load;
 mod plot;
 mod reference;

@@ -193,7 +193,8 @@ fn write_figure(fig: &Figure<'_>, out: &Path) -> Result<[PathBuf; 2]> {
 
     let mut rgb = vec![0u8; w as usize * h as usize * 3];
     {
-        let root = BitMapBackend::with_buffer(&mut rgb, FIGURE_SIZE).into_drawing_area();
+        let root = super::glyphs::CrispText(BitMapBackend::with_buffer(&mut rgb, FIGURE_SIZE))
+            .into_drawing_area();
         fig.draw(&root).map_err(|e| fail("png", e.to_string()))?;
         root.present().map_err(|e| fail("png", e.to_string()))?;
     }

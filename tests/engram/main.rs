@@ -17,6 +17,7 @@ mod fuzz;
 mod memory;
 mod new_plugin;
 mod outdir;
+mod newcomer;
 mod plugins;
 mod recipes;
 mod registry;

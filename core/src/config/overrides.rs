@@ -198,6 +198,15 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                 i += 1;
             }
         }
+        // An empty list empties a list of entries: `--set memory=[]` is the plain step,
+        // `forgetting=[]` naive fine-tuning, `scheduler=[]` the constant rate (the file's
+        // `[[memory]]` … entries dropped, as if it had none).
+        if let Some(item) = table.get(last)
+            && empties_a_list(item, path.is_empty() && *last == "scheduler", &value)
+        {
+            table.remove(last);
+            continue;
+        }
         if let Some(item) = table.get(last)
             && (item.is_table() || item.is_array_of_tables())
         {
@@ -217,6 +226,18 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
         table.insert(last, toml_edit::Item::Value(value));
     }
     Ok(doc.to_string())
+}
+
+/// Whether override value `value` (an empty array) replaces `item`, a list of entries: an
+/// array of tables (`[[memory]]`), or a single table where `single_table_list` (the top-level
+/// `[scheduler]`, which may be one table or a list).
+fn empties_a_list(
+    item: &toml_edit::Item,
+    single_table_list: bool,
+    value: &toml_edit::Value,
+) -> bool {
+    value.as_array().is_some_and(toml_edit::Array::is_empty)
+        && (item.is_array_of_tables() || (single_table_list && item.is_table()))
 }
 
 /// The TOML value of override `set` (its text after `=`, trimmed: `v`), or the message and
@@ -253,4 +274,43 @@ pub(crate) fn is_bare_string(v: &str) -> bool {
         && !v.chars().any(|c| {
             c.is_whitespace() || matches!(c, '"' | '\'' | '[' | ']' | '{' | '}' | '#' | '=')
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "[train]\nepochs = 1\n\n[[forgetting]]\ntype = \"ewc\"\n\n[[memory]]\ntype = \"amp\"\n\n[[memory]]\ntype = \"checkpoint\"\n\n[scheduler]\ntype = \"step\"\n";
+
+    fn apply(sets: &[&str]) -> Result<toml::Table> {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let text = apply_overrides(Path::new("c.toml"), FILE, &sets)?;
+        Ok(toml::from_str(&text).unwrap())
+    }
+
+    #[test]
+    fn an_empty_list_empties_a_list_of_entries() {
+        // memory=[]: both [[memory]] entries gone (the plain step), the rest kept.
+        let t = apply(&["memory=[]"]).unwrap();
+        assert!(!t.contains_key("memory"), "{t:?}");
+        assert_eq!(t["forgetting"][0]["type"].as_str(), Some("ewc"));
+        assert_eq!(t["scheduler"]["type"].as_str(), Some("step"));
+        // forgetting=[] (naive) and the single-table scheduler=[] (constant rate) too.
+        let t = apply(&["forgetting=[]", "scheduler=[]"]).unwrap();
+        assert!(
+            !t.contains_key("forgetting") && !t.contains_key("scheduler"),
+            "{t:?}"
+        );
+        assert_eq!(t["memory"].as_array().unwrap().len(), 2);
+        // A list the file does not have becomes an empty one.
+        let sets = vec!["memory=[]".to_string()];
+        let text = apply_overrides(Path::new("c.toml"), "[train]\n", &sets).unwrap();
+        let t: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(t["memory"].as_array().map(Vec::len), Some(0));
+        // A section that is not a list is still refused, and so is a non-empty value.
+        for set in ["train=[]", "memory=[1]", "memory=0"] {
+            let e = apply(&[set]).unwrap_err().to_string();
+            assert!(e.contains("section of the file"), "{set}: {e}");
+        }
+    }
 }

@@ -93,6 +93,47 @@ pub fn groups(input: InputShape) -> usize {
     }
 }
 
+/// Which normalisation rule `means` means and stds give for samples of shape `input`, in words
+/// (report.json's `normalization`, the run summary): `per channel` (one mean and std per channel
+/// of an image, over its pixels), `over all values` (one mean and std for every value of a
+/// sample: the image rule for a feature vector, as a CSV of pixel bytes gets), or `per feature`
+/// (one per column of a table).
+pub fn normalization_rule(input: InputShape, means: usize) -> String {
+    let per = |n: usize, what: &str| {
+        if n == 1 {
+            format!("1 {what}")
+        } else {
+            format!("{n} {what}s")
+        }
+    };
+    match input {
+        InputShape::Image { channels, .. } if means == channels => format!(
+            "per channel: {} and std over the pixels ({input})",
+            per(means, "mean")
+        ),
+        _ if means == 1 => format!(
+            "over all values: 1 mean and std for all {} values of a sample, the image rule ({input})",
+            input.features()
+        ),
+        InputShape::Features(n) if means == n => format!(
+            "per feature: {} and stds, one per column ({input})",
+            per(n, "mean")
+        ),
+        _ => format!(
+            "{} and stds in {means} groups ({input})",
+            per(means, "mean")
+        ),
+    }
+}
+
+/// The side of the square grey image a row of `features` pixel bytes would be (`784` → 28):
+/// `Some(s)` when `features` is `s²` with `s ≥ 8` (an image of 64 pixels or more: MNIST's 28,
+/// the 8×8 digits), else `None` (a table's byte columns, normalised per column).
+pub fn square_side(features: usize) -> Option<usize> {
+    let s = (features as f64).sqrt().round() as usize;
+    (s >= 8 && s * s == features).then_some(s)
+}
+
 /// Checks a normalisation against a sample shape: 1 group, or one per channel of an image or
 /// per feature of a feature vector ([`groups`]); stds finite and positive, means finite.
 ///
@@ -123,4 +164,44 @@ pub fn check_normalization(
         return Err(format!("mean {m} must be finite"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_in_words_and_square_images() {
+        let grey = InputShape::Image {
+            channels: 1,
+            height: 28,
+            width: 28,
+        };
+        let rgb = InputShape::Image {
+            channels: 3,
+            height: 32,
+            width: 32,
+        };
+        assert_eq!(
+            normalization_rule(grey, 1),
+            "per channel: 1 mean and std over the pixels (28×28 images of 1 channel)"
+        );
+        assert!(normalization_rule(rgb, 3).starts_with("per channel: 3 means"));
+        assert!(
+            normalization_rule(rgb, 1).starts_with("over all values: 1 mean and std for all 3072")
+        );
+        assert_eq!(
+            normalization_rule(InputShape::Features(784), 1),
+            "over all values: 1 mean and std for all 784 values of a sample, the image rule (vectors of 784 features)"
+        );
+        assert!(
+            normalization_rule(InputShape::Features(784), 784)
+                .starts_with("per feature: 784 means")
+        );
+        assert_eq!(square_side(784), Some(28));
+        assert_eq!(square_side(64), Some(8));
+        for n in [1, 4, 16, 49, 783, 785, 3072] {
+            assert_eq!(square_side(n), None, "{n}");
+        }
+    }
 }

@@ -64,6 +64,7 @@ mod abi;
 mod guard;
 mod loader;
 mod probe;
+pub mod search;
 
 /// Why a plugin could not be loaded or failed while running (defined with the other errors,
 /// in [`crate::error`]).

@@ -292,6 +292,12 @@ pub struct Report {
     pub training: TrainingCounters,
     /// Events.
     pub events: Vec<Event>,
+    /// The normalisation rule the data got, in words
+    /// ([`crate::data::shape::normalization_rule`]): `per channel …` for images, `over all
+    /// values …` (the image rule, as a CSV of pixel bytes gets), `per feature …` for a table's
+    /// columns. Absent in reports of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalization: Option<String>,
     /// Memory (machine-dependent).
     pub memory: MemoryReport,
     /// Throughput (machine-dependent).

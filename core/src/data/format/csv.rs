@@ -5,7 +5,11 @@
 //! - Cells: numbers. When every cell of both files is an integer in 0–255 the values are
 //!   read as bytes (pixels, scaled by 1/255, as the other formats do); otherwise as `f32`.
 //!   Normalisation is computed from the training split either way (standardisation does not
-//!   depend on that scale), unless `dataset.toml` or `[data] mean`/`std` give it.
+//!   depend on that scale), unless `dataset.toml` or `[data] mean`/`std` give it: one mean and
+//!   std per column, except for pixel bytes of a square image (a row of 784 bytes: 28×28, at
+//!   least 8×8) without a `dataset.toml` shape, which get the image rule (one mean and std over
+//!   every pixel, as IDX and NPY images do), so the same images normalise alike from every
+//!   format. `report.json`'s `normalization` says which rule a run's data got.
 //! - Labels: class indices (0 or more), or class names, which are then numbered in sorted
 //!   order (or by `dataset.toml`'s `class_names` when it has them).
 //! - A sample is a feature vector `[features]`; `dataset.toml`'s or `[data] shape` makes it an
@@ -377,6 +381,7 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
         pair => pair,
     };
     let features = train.header.len() - 1;
+    let train_values = pixel_rule(&mut meta, train_values, &train_labels, features);
     let name = super::display_name(req, dir);
     super::assemble(
         FORMAT,
@@ -393,6 +398,31 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
         InputShape::Features(features),
         Some(meta),
     )
+}
+
+/// The image rule for pixel bytes: when both files hold bytes (`values` are still
+/// [`Values::U8`]), a row is a square image's pixels ([`crate::data::shape::square_side`]: 784 =
+/// 28×28) and `dataset.toml` gives neither a shape nor a normalisation, `meta` gets one mean and
+/// std over every pixel of the training split (what IDX and NPY images of one channel get),
+/// instead of one per column: the same images then give the same normalised features from
+/// every format. Returns `values` unchanged.
+fn pixel_rule(meta: &mut Meta, values: Values, labels: &[u32], features: usize) -> Values {
+    let bytes = matches!(values, Values::U8(_));
+    let free = meta.shape.is_none() && meta.mean.is_none() && meta.std.is_none();
+    if !(bytes && free && crate::data::shape::square_side(features).is_some()) {
+        return values;
+    }
+    let split = crate::data::dataset::Split {
+        values,
+        labels: labels.to_vec(),
+        features,
+        mean: Vec::new(),
+        std: Vec::new(),
+    };
+    let (mean, std) = split.statistics(1);
+    meta.mean = Some(mean);
+    meta.std = Some(std);
+    split.values
 }
 
 /// Writes `train.csv` and `test.csv` into `dir`: header `label,x0,x1,…`, labels as class

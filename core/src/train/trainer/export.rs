@@ -2,13 +2,22 @@
 
 use super::*;
 
+pub use crate::config::InitLayout as ExportLayout;
+
 /// Writes `model`'s parameters to a safetensors file (burn-store), atomically: tensors are
-/// named by their dotted paths (`blocks.0.linear.weight`, shape `[d_in, d_out]`).
+/// named by their dotted paths (`blocks.0.linear.weight`).
+///
+/// `layout` is the tensors' layout, the one `[model] init_layout` reads back:
+/// - [`ExportLayout::Burn`]: as Burn holds them, a `Linear` weight `[d_in, d_out]`;
+/// - [`ExportLayout::Pytorch`]: PyTorch's, through burn-store's `BurnToPyTorchAdapter`: every
+///   `Linear` weight transposed to `[d_out, d_in]` (as `torch.nn.Linear.weight`), and
+///   normalisation layers' `gamma`/`beta` named `weight`/`bias`; the names are otherwise the
+///   same dotted paths, so a PyTorch module may need its own `state_dict` keys mapped.
 ///
 /// # Errors
 /// [`Error::Io`] when the file cannot be written; [`Error::Other`] when encoding fails.
-pub fn export_safetensors(model: &Model, path: &Path) -> Result<()> {
-    use burn::store::{ModuleSnapshot, SafetensorsStore};
+pub fn export_safetensors(model: &Model, path: &Path, layout: ExportLayout) -> Result<()> {
+    use burn::store::{BurnToPyTorchAdapter, ModuleSnapshot, SafetensorsStore};
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -19,6 +28,9 @@ pub fn export_safetensors(model: &Model, path: &Path) -> Result<()> {
         .tempfile_in(dir)
         .map_err(|e| Error::io(dir, e))?;
     let mut store = SafetensorsStore::from_file(tmp.path()).overwrite(true);
+    if layout == ExportLayout::Pytorch {
+        store = store.with_to_adapter(BurnToPyTorchAdapter);
+    }
     model
         .save_into(&mut store)
         .map_err(|e| Error::Other(format!("safetensors export: {e}")))?;

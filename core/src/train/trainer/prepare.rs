@@ -57,37 +57,11 @@ pub fn relative_to(base_dir: &Path, p: &Path) -> PathBuf {
 pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     let start = Instant::now();
     let c = &cfg.config;
-    // Plugins named in the config (relative to the config file) join the caller's registry.
+    // Plugins named in the config join the caller's registry: a path relative to the config
+    // file, or a bare name searched for ([`crate::plugin::search`]).
     let mut registry = registry.clone();
     for path in &c.plugins {
-        let resolved = relative_to(&cfg.base_dir, path);
-        registry.load_plugin(&resolved).map_err(|e| match e {
-            // A missing library named by the config: say where in the file, and where the
-            // relative path led.
-            Error::Plugin(crate::plugin::PluginError::Missing { .. }) => {
-                let (line, column) = cfg.position("plugins", "");
-                Error::Config {
-                    file: cfg.file.clone(),
-                    line,
-                    column,
-                    message: format!(
-                        "plugin {}: no such file (looked at {})",
-                        path.display(),
-                        std::path::absolute(&resolved)
-                            .unwrap_or_else(|_| resolved.clone())
-                            .display()
-                    ),
-                    hint: Some(
-                        "a path in `plugins` is relative to the config file's directory; build \
-                         plugins with `cargo build --release --workspace` (they land in \
-                         target/release/lib<name>.so); a run resumed after its plugin moved takes \
-                         the library again with `--plugin PATH`"
-                            .into(),
-                    ),
-                }
-            }
-            other => other,
-        })?;
+        load_config_plugin(&cfg, &mut registry, path)?;
     }
     let registry = &registry;
     let device = crate::device::select(&c.run.device)
@@ -137,6 +111,55 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
         schedulers,
         setup_s: start.elapsed().as_secs_f64(),
         observers: Vec::new(),
+    })
+}
+
+/// Loads the config's `plugins` entry `path` into `registry`: found by
+/// [`crate::plugin::search::find`] (a bare name is searched for in `$ENGRAM_PLUGIN_PATH`, the
+/// program's directory and its `../lib`, then the config's directory).
+///
+/// # Errors
+/// [`Error::Config`] at `plugins` naming every path looked at when no file is found (unless
+/// the registry already stands in for one of them: a moved library given with `--plugin`);
+/// any error of [`Registry::load_plugin`].
+fn load_config_plugin(cfg: &LoadedConfig, registry: &mut Registry, path: &Path) -> Result<()> {
+    use crate::plugin::search::{Found, PLUGIN_PATH_VAR, find};
+    let looked = match find(path, &cfg.base_dir) {
+        Found::File(file) => return registry.load_plugin(&file),
+        Found::Missing(looked) => looked,
+    };
+    // A resumed run whose library moved: the registry stands in for the recorded path.
+    if looked.iter().any(|p| registry.load_plugin(p).is_ok()) {
+        return Ok(());
+    }
+    let (line, column) = cfg.position("plugins", "");
+    let shown: Vec<String> = looked
+        .iter()
+        .map(|p| {
+            std::path::absolute(p)
+                .unwrap_or_else(|_| p.clone())
+                .display()
+                .to_string()
+        })
+        .collect();
+    Err(Error::Config {
+        file: cfg.file.clone(),
+        line,
+        column,
+        message: format!(
+            "plugin {}: no such file (looked at {})",
+            path.display(),
+            shown.join(", ")
+        ),
+        hint: Some(format!(
+            "a bare name (`synaptic-intelligence` or `libsynaptic_intelligence.so`) is searched \
+             for in ${PLUGIN_PATH_VAR} (directories separated by `:`), beside the engram \
+             program and in its ../lib, then beside the config; a path with a directory is \
+             relative to the config file. Build plugins with `cargo build --release \
+             --workspace` (they land beside target/release/engram), point \
+             {PLUGIN_PATH_VAR}=DIR at them, or name the file: `--set plugins=[\"/path/to/lib<name>.so\"]`; \
+             a run resumed after its plugin moved takes the library again with `--plugin PATH`"
+        )),
     })
 }
 

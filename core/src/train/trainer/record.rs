@@ -121,6 +121,10 @@ pub(super) fn build_report(
             .is_none()
             .then(|| pr.results.baseline.clone()),
         init: pr.origin.init.clone(),
+        normalization: Some(crate::data::shape::normalization_rule(
+            stream.dataset.input,
+            stream.dataset.train.mean.len(),
+        )),
         metrics: m,
         task_il_accuracy_matrix: (stream.scenario == Scenario::ClassIncremental)
             .then(|| pr.results.task_il_matrix.clone()),
