@@ -9,7 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ENGRAM=$(realpath "${1:-target/release/engram}")
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The crates go with the temporary directory, their libraries from beside the binary.
+release=$(dirname "$ENGRAM")
+trap 'rm -rf "$work" "$release"/liboutside_* "$release"/deps/liboutside_* "$release"/deps/outside_*' EXIT
 start=$SECONDS
 for kind in forgetting model memory scheduler; do
   name="outside-$kind"
