@@ -280,10 +280,14 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
-    /// The training loss became infinite or NaN (without loss scaling, which skips such
-    /// steps instead). `hints` are what the run's strategies suggest
-    /// ([`crate::strategy::ForgettingStrategy::divergence_hint`]), after the general advice.
-    #[error("strategy `{strategy}`: the loss is {value}{at}: training diverged (lower the learning rate or add clip_norm{})", hints.iter().map(|h| format!("; {h}")).collect::<String>())]
+    /// The training loss became infinite or NaN (with loss scaling too, which skips the steps
+    /// whose gradients overflow but cannot mend a non-finite loss). `notes` say what happened on the
+    /// way (what AMP did: [`crate::strategy::MemoryStrategy::divergence_note`], the loss's
+    /// parts, the strategies of the run); `advice` is what to change: the trainer's concrete
+    /// advice (the learning rate, `clip_norm`) and the strategies' own
+    /// ([`crate::strategy::ForgettingStrategy::divergence_hint`]). Without advice the
+    /// message gives the general one.
+    #[error("strategy `{strategy}`: the loss is {value}{at}: training diverged{} ({})", notes.iter().map(|n| format!(". {n}")).collect::<String>(), if advice.is_empty() { "lower the learning rate or add clip_norm".to_string() } else { advice.join("; ") })]
     Diverged {
         /// The memory strategy whose step computed the loss.
         strategy: String,
@@ -291,8 +295,10 @@ pub enum Error {
         value: f32,
         /// Where, as ` at task T, epoch E, step S of the task` (empty when not known).
         at: String,
-        /// Strategy-specific advice, one sentence each.
-        hints: Vec<String>,
+        /// What happened on the way, one sentence each (no final period).
+        notes: Vec<String>,
+        /// What to change, one sentence each: the general advice first.
+        advice: Vec<String>,
     },
     /// A checkpoint is missing, corrupt or from another run.
     #[error("checkpoint {}: {message}", path.display())]

@@ -13,8 +13,13 @@
 //! (smallest normal 6.1e-5); the gradients are divided by `S` before anything reads them
 //! (clipping in the trainer, EWC's Fisher, which runs its own `f32` passes anyway). A step whose
 //! gradients contain inf or NaN is **skipped** (the optimiser does not step; the trainer counts
-//! it in `report.json`'s `training.skipped_steps`) and `S ← S · backoff_factor`; after
-//! `growth_interval` clean steps in a row `S ← S · growth_factor`. Defaults: `S₀ = 2¹⁶`, growth
+//! it in `report.json`'s `training.skipped_steps`, and AMP's `memory.strategies.amp` holds its
+//! own count and the history of its scale) and `S ← S · backoff_factor`; after
+//! `growth_interval` clean steps in a row `S ← S · growth_factor`. A step whose *loss* is inf or
+//! NaN is a divergence ([`engram_core::Error::Diverged`]), not a skipped step: the scale
+//! multiplies the loss only after the forward pass, so no scale can mend it, and its error says
+//! what AMP did before ([`MemoryStrategy::divergence_note`]: the steps skipped, the scale's
+//! history). Defaults: `S₀ = 2¹⁶`, growth
 //! ×2 every 2000 clean steps, back-off ×0.5 (PyTorch's). `bf16` has `f32`'s range, so
 //! `loss_scaling = false` is safe there.
 //!
@@ -84,22 +89,43 @@ impl Default for AmpParams {
     }
 }
 
-/// The dynamic loss scaler: `S`, and the clean steps since it last changed.
+/// The most scale changes [`LossScaler::history`] keeps (the newest).
+pub const HISTORY_LEN: usize = 64;
+
+/// The dynamic loss scaler: `S`, the clean steps since it last changed, and what it did: the
+/// steps it saw and skipped, and its changes of scale.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LossScaler {
     /// The current scale `S`.
     pub scale: f64,
     /// Clean steps in a row.
     pub clean: usize,
+    /// Steps recorded so far (the run's global steps that reached the scaler).
+    pub steps: usize,
+    /// Steps skipped so far (non-finite gradients or loss).
+    pub skipped: usize,
+    /// The scale the run started with (`init_scale`, or 1 without loss scaling).
+    pub start_scale: f64,
+    /// The newest [`HISTORY_LEN`] changes of scale: `(step, scale after)`, the step counted
+    /// from 0 as [`LossScaler::steps`] counts.
+    pub history: Vec<(usize, f64)>,
+    /// The scale before the history's first kept change.
+    pub history_from: f64,
     p: AmpParams,
 }
 
 impl LossScaler {
     /// A scaler at `p.init_scale`.
     pub fn new(p: AmpParams) -> Self {
+        let scale = if p.loss_scaling { p.init_scale } else { 1.0 };
         Self {
-            scale: if p.loss_scaling { p.init_scale } else { 1.0 },
+            scale,
             clean: 0,
+            steps: 0,
+            skipped: 0,
+            start_scale: scale,
+            history: Vec::new(),
+            history_from: scale,
             p,
         }
     }
@@ -107,20 +133,70 @@ impl LossScaler {
     /// Records one step: `finite` says whether its gradients were all finite. Returns whether
     /// the step must be skipped.
     pub fn update(&mut self, finite: bool) -> bool {
+        let step = self.steps;
+        self.steps += 1;
         if !self.p.loss_scaling {
             return false;
         }
         if !finite {
             self.scale *= self.p.backoff_factor;
             self.clean = 0;
+            self.skipped += 1;
+            self.remember(step);
             return true;
         }
         self.clean += 1;
         if self.clean >= self.p.growth_interval {
             self.scale *= self.p.growth_factor;
             self.clean = 0;
+            self.remember(step);
         }
         false
+    }
+
+    /// Adds the scale after step `step` to the history, dropping the oldest past
+    /// [`HISTORY_LEN`].
+    fn remember(&mut self, step: usize) {
+        if self.history.len() == HISTORY_LEN {
+            self.history_from = self.history.remove(0).1;
+        }
+        self.history.push((step, self.scale));
+    }
+
+    /// The history as runs of the same change at consecutive steps, for a message:
+    /// `65536 → 1 (16 back-offs at steps 38–53)`, runs separated by `; `.
+    pub fn history_text(&self) -> String {
+        let mut runs: Vec<(f64, f64, usize, usize, bool)> = Vec::new();
+        let mut before = self.history_from;
+        for &(step, after) in &self.history {
+            let down = after < before;
+            match runs.last_mut() {
+                Some(r) if r.4 == down && r.3 + 1 == step => {
+                    r.1 = after;
+                    r.3 = step;
+                }
+                _ => runs.push((before, after, step, step, down)),
+            }
+            before = after;
+        }
+        runs.iter()
+            .map(|&(from, to, a, b, down)| {
+                let n = b - a + 1;
+                let what = match (down, n) {
+                    (true, 1) => "a back-off".to_string(),
+                    (true, n) => format!("{n} back-offs"),
+                    (false, 1) => "a growth".to_string(),
+                    (false, n) => format!("{n} growths"),
+                };
+                let at = if n == 1 {
+                    format!("step {a}")
+                } else {
+                    format!("steps {a}–{b}")
+                };
+                format!("{from} → {to} ({what} at {at})")
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
@@ -200,12 +276,59 @@ impl MemoryStrategy for Amp {
             "dtype": self.dtype,
             "final_loss_scale": self.scaler.scale,
             "clean_steps": self.scaler.clean,
+            "skipped_steps": self.scaler.skipped,
+            "loss_scale_history": self.scaler.history,
         }))
     }
 
+    /// What AMP did: the steps it skipped and how it moved its loss scale, for example
+    /// "`amp` (f16) skipped 16 of 53 steps and lowered the loss scale from 65536 to 1
+    /// (65536 → 1 (16 back-offs at steps 37–52))".
+    fn divergence_note(&self) -> Option<String> {
+        let sc = &self.scaler;
+        let dtype = format!("{:?}", self.dtype).to_lowercase();
+        if !sc.p.loss_scaling {
+            return Some(format!(
+                "`amp` computed in {dtype} without loss scaling (it skips no steps)"
+            ));
+        }
+        if sc.skipped == 0 {
+            return Some(format!(
+                "`amp` ({dtype}) skipped none of {} steps; the loss scale is {}",
+                sc.steps, sc.scale
+            ));
+        }
+        let moved = if sc.scale < sc.start_scale {
+            format!(
+                "lowered the loss scale from {} to {}",
+                sc.start_scale, sc.scale
+            )
+        } else {
+            format!(
+                "kept the loss scale at {} (it started at {})",
+                sc.scale, sc.start_scale
+            )
+        };
+        Some(format!(
+            "`amp` ({dtype}) skipped {} of {} steps (their gradients overflowed) and {moved} ({})",
+            sc.skipped,
+            sc.steps,
+            sc.history_text()
+        ))
+    }
+
     fn state(&self) -> Result<StrategyState> {
+        let sc = &self.scaler;
         Ok(StrategyState {
-            meta: serde_json::json!({ "scale": self.scaler.scale, "clean": self.scaler.clean }),
+            meta: serde_json::json!({
+                "scale": sc.scale,
+                "clean": sc.clean,
+                "steps": sc.steps,
+                "skipped": sc.skipped,
+                "start_scale": sc.start_scale,
+                "history": sc.history,
+                "history_from": sc.history_from,
+            }),
             tensors: Default::default(),
         })
     }
@@ -215,8 +338,16 @@ impl MemoryStrategy for Amp {
             strategy: AmpParams::NAME.into(),
             message: "saved state is incomplete".into(),
         };
-        self.scaler.scale = state.meta["scale"].as_f64().ok_or_else(bad)?;
-        self.scaler.clean = state.meta["clean"].as_u64().ok_or_else(bad)? as usize;
+        let m = &state.meta;
+        let sc = &mut self.scaler;
+        sc.scale = m["scale"].as_f64().ok_or_else(bad)?;
+        sc.clean = m["clean"].as_u64().ok_or_else(bad)? as usize;
+        // What the scaler did; absent from checkpoints of older versions.
+        sc.steps = m["steps"].as_u64().unwrap_or(0) as usize;
+        sc.skipped = m["skipped"].as_u64().unwrap_or(0) as usize;
+        sc.start_scale = m["start_scale"].as_f64().unwrap_or(sc.start_scale);
+        sc.history = serde_json::from_value(m["history"].clone()).unwrap_or_default();
+        sc.history_from = m["history_from"].as_f64().unwrap_or(sc.start_scale);
         Ok(())
     }
 }
@@ -286,6 +417,68 @@ mod tests {
         });
         assert_eq!(off.scale, 1.0);
         assert!(!off.update(false));
+    }
+
+    /// What AMP did, as the divergence error tells it: the skipped steps out of all, the scale
+    /// from where to where, and the changes as runs of consecutive steps.
+    #[test]
+    fn the_divergence_note_tells_the_skips_and_the_scale_history() {
+        let mut amp = Amp::new(AmpParams::default());
+        assert_eq!(
+            amp.divergence_note().unwrap(),
+            "`amp` (f16) skipped none of 0 steps; the loss scale is 65536"
+        );
+        assert!(!amp.scaler.update(true) && !amp.scaler.update(true));
+        for _ in 0..16 {
+            assert!(amp.scaler.update(false));
+        }
+        assert_eq!(
+            (amp.scaler.scale, amp.scaler.skipped, amp.scaler.steps),
+            (1.0, 16, 18)
+        );
+        assert_eq!(
+            amp.divergence_note().unwrap(),
+            "`amp` (f16) skipped 16 of 18 steps (their gradients overflowed) and lowered the \
+             loss scale from 65536 to 1 (65536 → 1 (16 back-offs at steps 2–17))"
+        );
+        // The history in the report and through a checkpoint.
+        let r = amp.report().unwrap();
+        assert_eq!(r["skipped_steps"], 16);
+        assert_eq!(r["loss_scale_history"][0], serde_json::json!([2, 32768.0]));
+        assert_eq!(r["loss_scale_history"][15], serde_json::json!([17, 1.0]));
+        let mut back = Amp::new(AmpParams::default());
+        back.load_state(amp.state().unwrap()).unwrap();
+        assert_eq!(back.scaler, amp.scaler);
+
+        // A growth, then two back-offs in a row.
+        let mut s = LossScaler::new(AmpParams {
+            growth_interval: 2,
+            ..AmpParams::default()
+        });
+        for finite in [true, true, false, false] {
+            s.update(finite);
+        }
+        assert_eq!(
+            s.history_text(),
+            "65536 → 131072 (a growth at step 1); 131072 → 32768 (2 back-offs at steps 2–3)"
+        );
+        // The history keeps the newest 64 changes and the scale before them.
+        let mut s = LossScaler::new(AmpParams {
+            init_scale: 2f64.powi(80),
+            ..AmpParams::default()
+        });
+        for _ in 0..70 {
+            s.update(false);
+        }
+        assert_eq!(s.history.len(), HISTORY_LEN);
+        assert_eq!(
+            (s.history_from, s.history[0]),
+            (2f64.powi(74), (6, 2f64.powi(73)))
+        );
+        assert!(
+            s.history_text()
+                .ends_with(" → 1024 (64 back-offs at steps 6–69)")
+        );
     }
 
     fn batch(d: &Device) -> Batch {

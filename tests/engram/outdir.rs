@@ -219,7 +219,9 @@ fn a_diverged_run_keeps_its_steps_and_where_it_stopped() {
 }
 
 /// A divergence that the EWC penalty causes names EWC's keys (λ, the stiffness cap, the
-/// proximal update) after the general advice, and where it happened; naive's does not.
+/// proximal update) after the general advice, where it happened, and the loss's part that is
+/// not finite (the penalty); naive's does not (`on_divergence = "stop"`: the message as it
+/// ends the run).
 #[test]
 fn a_divergence_names_the_strategy_keys_that_cause_it() {
     crate::util::require_fmnist!();
@@ -227,14 +229,14 @@ fn a_divergence_names_the_strategy_keys_that_cause_it() {
     let cfg = small_config(
         d.path(),
         "c.toml",
-        "[[forgetting]]\ntype = \"ewc\"\nlambda = 1e9\nupdate = \"gradient\"\nstiffness_cap = 0\n",
+        "on_divergence = \"stop\"\n[[forgetting]]\ntype = \"ewc\"\nlambda = 1e9\nupdate = \"gradient\"\nstiffness_cap = 0\n",
     );
     let (code, msg) = run_to(&cfg, &d.path().join("ewc"), &["-q"], &[]);
     assert_eq!(code, 1, "{msg}");
     assert!(msg.contains(" at task 1, epoch 0, step "), "{msg}");
     assert!(
         msg.contains(
-            "(lower the learning rate or add clip_norm; ewc pulls the weights toward the earlier tasks with λ = 1000000000: lower `lambda`, set `stiffness_cap = 1`"
+            "`ewc`'s penalty inf (not finite: `ewc`'s penalty). The run's strategies: memory standard; forgetting ewc (lower the learning rate (it is 0.05; try 0.025) or add [train] clip_norm = 1.0; ewc pulls the weights toward the earlier tasks with λ = 1000000000: lower `lambda`, set `stiffness_cap = 1`"
         ),
         "{msg}"
     );
@@ -254,7 +256,7 @@ fn a_divergence_names_the_strategy_keys_that_cause_it() {
     assert!(
         msg.contains("at task 0, epoch 0, step ")
             && msg.ends_with(
-                "of the task: training diverged (lower the learning rate or add clip_norm)\n"
+                "of the task: training diverged. The loss's parts on that batch, recomputed in f32: the cross-entropy NaN (not finite: the cross-entropy). The run's strategies: memory standard; forgetting ewc (lower the learning rate (it is 1.000e30; try 5.000e29) or add [train] clip_norm = 1.0)\n"
             ),
         "{msg}"
     );

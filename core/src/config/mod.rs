@@ -20,12 +20,14 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 mod augment;
 mod checks;
+mod divergence;
 mod overrides;
 mod params;
 mod spans;
 mod tasks;
 
 pub use augment::*;
+pub use divergence::*;
 pub use overrides::*;
 pub use params::*;
 pub use spans::*;
@@ -263,6 +265,11 @@ pub struct TrainConfig {
     pub on_leak: OnLeak,
     /// The leak alarm's threshold: usage above this multiple of the task's baseline. Default 1.5.
     pub leak_factor: f64,
+    /// `restart` (default) or `stop`: what a run does when its training loss becomes infinite
+    /// or NaN ([`OnDivergence`]). Left out of the config as written when it is the default, so
+    /// that configs and checkpoints keep the identity they had before the key existed.
+    #[serde(skip_serializing_if = "OnDivergence::is_default")]
+    pub on_divergence: OnDivergence,
 }
 
 /// What the leak alarm does.
@@ -290,6 +297,7 @@ impl Default for TrainConfig {
             checkpoint_every: None,
             on_leak: OnLeak::Warn,
             leak_factor: 1.5,
+            on_divergence: OnDivergence::Restart,
         }
     }
 }

@@ -160,6 +160,13 @@ impl<T: MemoryStrategy + ?Sized> MemoryStrategy for Guarded<T> {
     fn report(&self) -> Option<serde_json::Value> {
         guard_or_fault(&self.lib, &self.name, "report", || self.inner.report())
     }
+    fn divergence_note(&self) -> Option<String> {
+        // Asked while a divergence is reported: a note that panics is left out.
+        guard(&self.lib, &self.name, "divergence_note", || {
+            self.inner.divergence_note()
+        })
+        .unwrap_or(None)
+    }
     fn op_level_checkpointing(&self) -> bool {
         guard_or_fault(&self.lib, &self.name, "op_level_checkpointing", || {
             self.inner.op_level_checkpointing()

@@ -426,6 +426,15 @@ pub trait MemoryStrategy: Send {
     fn report(&self) -> Option<serde_json::Value> {
         None
     }
+
+    /// What this strategy did that bears on a divergence, asked when the loss became
+    /// infinite or NaN: one sentence (no final period) that the trainer adds to
+    /// [`crate::Error::Diverged`]'s notes, for example AMP's skipped steps and how it lowered
+    /// its loss scale. Default `None` (nothing to say).
+    fn divergence_note(&self) -> Option<String> {
+        None
+    }
+
     /// The state to checkpoint (for example the loss scale).
     fn state(&self) -> Result<StrategyState> {
         Ok(StrategyState::default())

@@ -25,8 +25,10 @@ pub struct Standard;
 /// the loss multiplied by `loss_scale`, ready for backward.
 ///
 /// # Errors
-/// [`Error::Diverged`] naming `strategy` when the loss is not finite and no loss scaling is
-/// active (a scaler handles inf/NaN by skipping the step).
+/// [`Error::Diverged`] naming `strategy` when the loss is not finite, with loss scaling too: a
+/// loss scaler (AMP) skips the steps whose *gradients* overflow, but the scale multiplies the
+/// loss only after it is computed, so no scale can mend a loss that is itself inf or NaN, and
+/// skipping such steps would only hide a divergence.
 pub fn read_loss(
     loss: Tensor<1>,
     ce: Tensor<1>,
@@ -35,12 +37,13 @@ pub fn read_loss(
 ) -> Result<(f32, Option<Vec<f32>>, Tensor<1>)> {
     let value = loss.clone().into_scalar::<f32>();
     let sample_losses = ce.into_data().convert::<f32>().try_to_vec::<f32>().ok();
-    if !value.is_finite() && loss_scale == 1.0 {
+    if !value.is_finite() {
         return Err(Error::Diverged {
             strategy: strategy.into(),
             value,
             at: String::new(),
-            hints: Vec::new(),
+            notes: Vec::new(),
+            advice: Vec::new(),
         });
     }
     let scaled = if loss_scale == 1.0 {

@@ -11,7 +11,8 @@
 //! manifest is on disk: a kill at any moment leaves either the previous checkpoints or a
 //! complete new one (plus a `.tmp` directory that loading ignores). Loading verifies every
 //! checksum and falls back to the newest checkpoint that verifies. The two newest checkpoints
-//! are kept.
+//! are kept, and the one at the current task's start (a restart after a divergence goes back
+//! to it).
 //!
 //! Randomness needs no saving: every stream is derived from `(seed, position)` (see
 //! [`crate::rng`]).
@@ -204,6 +205,22 @@ pub struct Retry {
     pub adjust: Adjust,
     /// Rollbacks of the current task so far.
     pub retries: usize,
+    /// Restarts after a divergence in the run so far (`[train] on_divergence = "restart"`);
+    /// left out of `state.json` while 0.
+    #[serde(rename = "divergence_restarts", skip_serializing_if = "is_zero")]
+    pub restarts: usize,
+    /// The `clip_norm` a restart turned on, which every later step keeps; left out of
+    /// `state.json` while unset.
+    #[serde(
+        rename = "divergence_clip_norm",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub clip_norm: Option<f64>,
+}
+
+/// Whether `n` is 0 (a field left out of `state.json`).
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The control adjustments of the anomaly rollbacks so far, applied to every later step
@@ -411,7 +428,8 @@ pub fn dir(out: &Path) -> PathBuf {
     out.join("checkpoints")
 }
 
-/// Writes `ck` as checkpoint `step` under `out`, atomically, and prunes all but the newest two.
+/// Writes `ck` as checkpoint `step` under `out`, atomically, and prunes all but the newest two
+/// and the one at the start of `ck`'s task (step `global_step − step_in_task`).
 ///
 /// # Errors
 /// [`Error::Io`] when a file cannot be written.
@@ -465,11 +483,19 @@ pub fn save(out: &Path, step: usize, ck: &Checkpoint) -> Result<PathBuf> {
     let dst = root.join(&name);
     let _ = std::fs::remove_dir_all(&dst);
     std::fs::rename(&tmp, &dst).map_err(|e| Error::io(&dst, e))?;
-    // Keep the newest two complete checkpoints.
+    // Keep the newest two complete checkpoints, and the one at the current task's start, which
+    // a restart after a divergence goes back to (`[train] on_divergence`).
+    let task_start = format!(
+        "step-{:08}",
+        ck.progress
+            .at
+            .global_step
+            .saturating_sub(ck.progress.at.step_in_task)
+    );
     let mut all = list(out);
     all.sort();
-    while all.len() > 2 {
-        let old = all.remove(0);
+    let older = all.len().saturating_sub(2);
+    for old in all.into_iter().take(older).filter(|n| *n != task_start) {
         let _ = std::fs::remove_dir_all(root.join(old));
     }
     Ok(dst)
@@ -702,5 +728,31 @@ mod tests {
         let (latest, skipped) = load_latest(d.path());
         assert!(latest.is_none());
         assert_eq!(skipped.len(), 2);
+    }
+
+    /// Periodic checkpoints within a task keep the one at the task's start (global step 10,
+    /// where a restart after a divergence goes back to) besides the newest two.
+    #[test]
+    fn pruning_keeps_the_task_start() {
+        let d = tempfile::tempdir().unwrap();
+        let at = |global_step: usize, step_in_task: usize| {
+            let mut c = ck(1);
+            c.progress.at.global_step = global_step;
+            c.progress.at.step_in_task = step_in_task;
+            c
+        };
+        save(d.path(), 7, &at(7, 7)).unwrap();
+        save(d.path(), 10, &at(10, 0)).unwrap();
+        for s in [13, 16, 19] {
+            save(d.path(), s, &at(s, s - 10)).unwrap();
+        }
+        let mut names = list(d.path());
+        names.sort();
+        assert_eq!(names, ["step-00000010", "step-00000016", "step-00000019"]);
+        // At the next task's start, the previous task's start goes.
+        save(d.path(), 22, &at(22, 0)).unwrap();
+        let mut names = list(d.path());
+        names.sort();
+        assert_eq!(names, ["step-00000019", "step-00000022"]);
     }
 }

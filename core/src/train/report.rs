@@ -160,16 +160,20 @@ pub enum EventKind {
     Rollback,
     /// `anomaly`: a scheduler asked for a rollback after its retries were spent.
     Anomaly,
+    /// `divergence`: the loss became infinite or NaN and the run restarted the task with a
+    /// lower learning rate and clipping (`[train] on_divergence = "restart"`).
+    Divergence,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 5] = [
+    pub const ALL: [EventKind; 6] = [
         EventKind::AtChance,
         EventKind::BatchStatistics,
         EventKind::Leak,
         EventKind::Rollback,
         EventKind::Anomaly,
+        EventKind::Divergence,
     ];
 
     /// The kind's name in `report.json`, for example `at-chance`.
@@ -180,6 +184,7 @@ impl EventKind {
             EventKind::Leak => "leak",
             EventKind::Rollback => "rollback",
             EventKind::Anomaly => "anomaly",
+            EventKind::Divergence => "divergence",
         }
     }
 }
@@ -410,7 +415,8 @@ mod tests {
                 "batch-statistics",
                 "leak",
                 "rollback",
-                "anomaly"
+                "anomaly",
+                "divergence"
             ]
         );
         for k in EventKind::ALL {

@@ -4,19 +4,21 @@
 //! `task.rs` begins a task (its `before_task` hooks), trains its epochs and ends it (its
 //! `after_task` hooks); `step.rs` is one training step (and its loss and clipping);
 //! `evaluate.rs` one row of the accuracy matrix (and its cells); `rollback.rs` what an anomaly
-//! scheduler's rollback restores. `state.rs` holds the run's state and the loop over those
+//! scheduler's rollback restores; `divergence.rs` what a diverging step's error says and the
+//! restart after it (`[train] on_divergence`). `state.rs` holds the run's state and the loop over those
 //! steps; `record.rs` the report of a finished or failed run.
 //!
 //! Around the loop: `prepare.rs` checks the config and builds every component; `resume.rs`
 //! checkpoints, restoring and resuming; `rundir.rs` what `eval`/`export` read of a run's
 //! directory; `export.rs` the safetensors export. This file starts a run.
 
+mod divergence;
 mod evaluate;
 mod export;
 mod prepare;
+mod publish;
 mod record;
 mod resume;
-mod publish;
 mod rollback;
 mod rundir;
 mod state;
@@ -164,8 +166,7 @@ fn run_inner(
     // Plugin faults are turned into errors here already, so that they are recorded too.
     let result = crate::plugin::catch_faults(|| {
         state::RunState::new(p, opts, &mut pr, (model, optim), &ad, t0).run()
-    })
-    .map_err(|e| with_divergence_hints(e, &p.forgetting));
+    });
     if let Err(e) = &result
         && !matches!(e, Error::Interrupted(_))
     {
@@ -174,28 +175,6 @@ fn run_inner(
         let _ = record::write_failure(p, opts, &mut pr, e, parameters, t0, &inner);
     }
     result
-}
-
-/// A divergence with the hints of the strategies that shape the update (which of their keys
-/// to change); any other error as it is.
-fn with_divergence_hints(e: Error, forgetting: &[Box<dyn ForgettingStrategy>]) -> Error {
-    match e {
-        Error::Diverged {
-            strategy,
-            value,
-            at,
-            mut hints,
-        } => {
-            hints.extend(forgetting.iter().filter_map(|s| s.divergence_hint()));
-            Error::Diverged {
-                strategy,
-                value,
-                at,
-                hints,
-            }
-        }
-        e => e,
-    }
 }
 
 /// The model, optimiser and progress a new run starts with: the configured model on `ad`

@@ -105,7 +105,11 @@ impl RunState<'_> {
         self.model = model;
         self.optim = optim;
         restored.record.events = events;
-        restored.retry = checkpoint::Retry { adjust, retries };
+        restored.retry = checkpoint::Retry {
+            adjust,
+            retries,
+            ..self.pr.retry.clone()
+        };
         restored.record.timings = self.pr.record.timings.clone();
         restored.record.counters.steps = self.pr.record.counters.steps;
         restored.record.counters.samples = self.pr.record.counters.samples;

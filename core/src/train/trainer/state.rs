@@ -3,7 +3,8 @@
 //! [`RunState::run`] reads as the loop of the crate docs: the initial model's row (for forward
 //! transfer), then for each task [`RunState::begin_task`], [`RunState::train_task`] (its
 //! epochs of [`RunState::step`]), [`RunState::end_task`], [`RunState::evaluate_row`] and
-//! [`RunState::roll_back_if_asked`] (which may send the loop back to the task's start), and
+//! [`RunState::roll_back_if_asked`] (which may send the loop back to the task's start; so does
+//! a divergence, through [`RunState::restart_after`]), and
 //! at the end the report. Each step is a method in its own file (`task.rs`, `step.rs`,
 //! `evaluate.rs`, `rollback.rs`); everything they share is a field here.
 
@@ -36,9 +37,9 @@ pub(super) struct RunState<'a> {
     pub(super) leaks: memory::LeakDetector,
     /// Whether a scheduler may roll a task back: only then is the task's start kept in memory.
     pub(super) rollback_policy: bool,
-}
     /// The run's observers and `metrics.jsonl` (`publish.rs`).
     pub(super) publisher: publish::Publisher,
+}
 
 impl<'a> RunState<'a> {
     /// The state of run `p` writing into `opts.out`, at progress `pr` with `model` and
@@ -51,7 +52,11 @@ impl<'a> RunState<'a> {
         ad: &Device,
         t0: Instant,
     ) -> Self {
-        let c = p.cfg.config.clone();
+        let mut c = p.cfg.config.clone();
+        // A restart after a divergence turned clipping on for the rest of the run.
+        if let Some(clip) = pr.retry.clip_norm {
+            c.train.clip_norm = Some(clip);
+        }
         let inner = p.device.clone();
         if pr.record.memory.source.is_empty() {
             pr.record.memory.source = if inner.memory_pool_usage().is_some() {
@@ -62,12 +67,12 @@ impl<'a> RunState<'a> {
         }
         let rollback_policy = p.schedulers.iter().any(|s| s.may_roll_back());
         Self {
+            publisher: publish::Publisher::new(opts.progress, &p.observers),
             earlier_s: pr.record.timings.total_s,
             leaks: memory::LeakDetector::new(c.train.leak_factor),
             rollback_policy,
             c,
             inner,
-            publisher: publish::Publisher::new(opts.progress, &p.observers),
             ad: ad.clone(),
             p,
             opts,
@@ -97,13 +102,18 @@ impl<'a> RunState<'a> {
             self.evaluate_baseline();
             self.save()?;
         }
+        self.publish_evals()?;
         self.warn_batch_statistics();
         while self.pr.at.round < self.rounds() {
             let task = self.begin_task()?;
-            self.train_task(&task.info)?;
+            if let Err(e) = self.train_task(&task.info) {
+                // A divergence trains the task again from its start, or ends the run.
+                self.restart_after(e)?;
+                continue;
+            }
             self.end_task(&task.info)?;
-        self.publish_evals()?;
             self.evaluate_row(task.info.index);
+            self.publish_evals()?;
             if self.roll_back_if_asked(task.start)? {
                 continue;
             }
@@ -113,7 +123,6 @@ impl<'a> RunState<'a> {
     }
 
     /// Tasks the loop trains: every task of the stream, or one round over all of them
-            self.publish_evals()?;
     /// (`joint`).
     pub(super) fn rounds(&self) -> usize {
         if self.c.train.joint {

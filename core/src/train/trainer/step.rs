@@ -189,7 +189,13 @@ impl state::RunState<'_> {
                 compute_dtype: None,
                 rng_seed,
             })
-            .map_err(|e| located(e, position))?;
+            .map_err(|e| located(e, position))
+            .map_err(|e| {
+                let clip = self.c.train.clip_norm;
+                let scene =
+                    divergence::StepScene::new(&self.model, &batch, &bcx, rng_seed, p, clip);
+                divergence::explain(e, &scene)
+            })?;
         meter.sample(&self.inner);
         let mut applied = None;
         if outcome.skipped {
@@ -260,8 +266,12 @@ impl state::RunState<'_> {
         pr.losses.last_lr = lr;
         pr.record.counters.steps += 1;
         pr.record.counters.samples += rows;
-        pr.losses.epoch_loss.add(loss);
-        pr.losses.window.add(loss, rows);
+        // A step that AMP skipped may have an infinite or NaN loss: it enters neither mean, so
+        // that they (and the checkpoint's JSON, which has no NaN) stay finite.
+        if loss.is_finite() {
+            pr.losses.epoch_loss.add(loss);
+            pr.losses.window.add(loss, rows);
+        }
         if pr.losses.window.steps == self.c.train.log_every.max(1) {
             pr.flush_window(pr.at.step_in_task, pr.at.global_step, lr);
         }
@@ -313,13 +323,15 @@ fn located(e: Error, position: &Position) -> Error {
         Error::Diverged {
             strategy,
             value,
-            hints,
+            notes,
+            advice,
             ..
         } => Error::Diverged {
             strategy,
             value,
             at: format!(" at task {round}, epoch {epoch}, step {step} of the task"),
-            hints,
+            notes,
+            advice,
         },
         other => other,
     }
