@@ -60,6 +60,7 @@ pub fn run_table(r: &Report) -> String {
         s,
         "ACC {}  AIA {}  BWT {}  forgetting {}  FWT {}  retention {}",
         m.acc.map_or("–".into(), |v| format!("{v:.4}")),
+        m.aia.map_or("–".into(), |v| format!("{v:.4}")),
         signed(m.bwt),
         signed(m.forgetting),
         signed(m.fwt),
@@ -80,7 +81,6 @@ pub fn run_table(r: &Report) -> String {
         let _ = writeln!(
             s,
             "task-IL (logits restricted to each task's classes): ACC {}  BWT {}  each task right after training on it: {}",
-        m.aia.map_or("–".into(), |v| format!("{v:.4}")),
             tm.acc.map_or("–".into(), |v| format!("{v:.4}")),
             signed(tm.bwt),
             diagonal.join(" "),
@@ -111,6 +111,7 @@ pub fn aggregate(metrics: &[Metrics], task_il: &[Metrics]) -> serde_json::Value 
     };
     let mut agg = serde_json::json!({
         "acc": field(|m| m.acc),
+        "aia": field(|m| m.aia),
         "bwt": field(|m| m.bwt),
         "forgetting": field(|m| m.forgetting),
         "fwt": field(|m| m.fwt),
@@ -128,6 +129,7 @@ pub fn aggregate_table(agg: &serde_json::Value) -> String {
     let mut s = String::new();
     for k in [
         "acc",
+        "aia",
         "bwt",
         "forgetting",
         "fwt",
@@ -169,7 +171,6 @@ pub fn confusion_table(m: &[Vec<u64>], names: &[String]) -> String {
         let _ = write!(s, " {c:>5}");
     }
     let _ = writeln!(s, "  recall  mostly mistaken for   class");
-        "aia": field(|m| m.aia),
     for &c in &rows {
         let total: u64 = m[c].iter().sum();
         let _ = write!(s, "  {c:>4}");
@@ -187,7 +188,6 @@ pub fn confusion_table(m: &[Vec<u64>], names: &[String]) -> String {
                 name(k).map(|n| format!(" {n}")).unwrap_or_default(),
                 m[c][k] as f64 / total as f64 * 100.0
             ),
-        "aia",
             None => "–".into(),
         };
         match name(c) {

@@ -338,6 +338,7 @@ pub fn metric_cells(matrix: &Matrix) -> serde_json::Value {
         "forgetting": cells(old.iter().flat_map(|&j| (j..=last).map(move |i| (i, j))).collect()),
         "fwt": cells((1..t).map(|j| (j - 1, j)).collect()),
         "retention": cells(old.iter().flat_map(|&j| [(last, j), (j, j)]).collect()),
+        "aia": cells((0..t).flat_map(|i| (0..=i).map(move |j| (i, j))).collect()),
     })
 }
 
@@ -372,7 +373,6 @@ impl Report {
                 }
             }
         }
-        "aia": cells((0..t).flat_map(|i| (0..=i).map(move |j| (i, j))).collect()),
         s
     }
 
