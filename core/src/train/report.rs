@@ -269,6 +269,12 @@ pub struct Report {
     /// a random start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<crate::model::init::InitReport>,
+    /// The normalisation rule the data got, in words
+    /// ([`crate::data::shape::normalization_rule`]): `per channel …` for images, `over all
+    /// values …` (the image rule, as a CSV of pixel bytes gets), `per feature …` for a table's
+    /// columns. Absent in reports of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalization: Option<String>,
     /// ACC, BWT, forgetting, FWT, retention.
     pub metrics: Metrics,
     /// Class-incremental runs: the task-IL view of the accuracy matrix, `[tasks trained][tasks]`
@@ -297,12 +303,6 @@ pub struct Report {
     pub training: TrainingCounters,
     /// Events.
     pub events: Vec<Event>,
-    /// The normalisation rule the data got, in words
-    /// ([`crate::data::shape::normalization_rule`]): `per channel …` for images, `over all
-    /// values …` (the image rule, as a CSV of pixel bytes gets), `per feature …` for a table's
-    /// columns. Absent in reports of older versions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub normalization: Option<String>,
     /// Memory (machine-dependent).
     pub memory: MemoryReport,
     /// Throughput (machine-dependent).
