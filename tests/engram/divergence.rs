@@ -195,3 +195,38 @@ fn a_diverging_amp_run_says_what_amp_did() {
         "{amp}"
     );
 }
+
+/// A run killed after its restart resumes with the restart's halved learning rate and clipping
+/// (they are in the checkpoint) and ends with the uninterrupted run's matrix and events.
+#[test]
+fn a_restarted_run_resumes_to_the_same_report() {
+    crate::util::require_fmnist!();
+    let d = tempfile::tempdir().unwrap();
+    let cfg = small_config(d.path(), "c.toml", "checkpoint_every = 5\n");
+    let args = ["--set", LR, "--set", DEEP];
+    let full = d.path().join("full");
+    let (code, msg) = run_quiet(&cfg, &full, &args, &[]);
+    assert_eq!(code, 0, "{msg}");
+    // The first attempt diverges before global step 20; the retry is killed right after it.
+    let cut = d.path().join("cut");
+    let (code, msg) = run_quiet(&cfg, &cut, &args, &[("ENGRAM_FAILPOINT", "step-20")]);
+    assert_ne!(code, 0, "{msg}");
+    assert!(msg.contains("Restored the start of task 0"), "{msg}");
+    let newest = std::fs::read_to_string(cut.join("checkpoints/step-00000015/state.json")).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&newest).unwrap();
+    assert_eq!(state["progress"]["divergence_restarts"], 1, "{state}");
+    assert_eq!(state["progress"]["divergence_clip_norm"], 1.0, "{state}");
+    assert_eq!(state["progress"]["adjust"][0], 0.5, "{state}");
+    let (code, msg) = crate::util::run(&["resume", cut.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    let (a, b) = (
+        json(&full.join("report.json")),
+        json(&cut.join("report.json")),
+    );
+    assert_eq!(a["accuracy_matrix"], b["accuracy_matrix"]);
+    assert_eq!(a["events"], b["events"]);
+    assert_eq!(
+        std::fs::read(full.join("steps.csv")).unwrap(),
+        std::fs::read(cut.join("steps.csv")).unwrap()
+    );
+}
