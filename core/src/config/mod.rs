@@ -375,7 +375,11 @@ pub struct Config {
     /// `[scheduler]` or `[[scheduler]]` entries. Default: `constant`.
     #[serde(default, deserialize_with = "one_or_many")]
     pub scheduler: Vec<StrategyEntry>,
-    /// Shared libraries with more strategies (paths relative to the config file).
+    /// Shared libraries with more strategies, models or datasets: a path with a directory is
+    /// relative to the config file; a bare name (`synaptic-intelligence`,
+    /// `libsynaptic_intelligence.so`) is searched for in `$ENGRAM_PLUGIN_PATH`, beside the
+    /// running program and in its `../lib`, then beside the config
+    /// ([`crate::plugin::search`]).
     #[serde(default)]
     pub plugins: Vec<PathBuf>,
 }
