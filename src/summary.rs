@@ -2,7 +2,7 @@
 //! several seeds.
 
 use engram_core::train::metrics::{Metrics, mean_std};
-use engram_core::train::report::Report;
+use engram_core::train::report::{MemoryReport, Report};
 use std::fmt::Write as _;
 
 fn pct(v: Option<f64>) -> String {
@@ -96,7 +96,45 @@ pub fn run_table(r: &Report) -> String {
         r.memory.peak_bytes as f64 / (1024.0 * 1024.0),
         r.memory.source,
     );
+    s.push_str(&step_memory_line(&r.memory));
     s
+}
+
+/// The training step's own memory (`memory.step_peak_bytes`, what a step adds above the bytes
+/// in use before it, MiB with 2 decimals) and each task's, beside each task's training-phase
+/// peak of the process; empty for a report without it (older versions, no step trained).
+/// For example `training step's own peak 2.31 MiB (per task 1.90 / 2.31 / 2.31), against the
+/// process's 121.5 MiB (per task 118.2 / 120.9 / 121.5)`.
+pub fn step_memory_line(m: &MemoryReport) -> String {
+    if m.step_peak_bytes == 0 {
+        return String::new();
+    }
+    let mib = |b: &u64| *b as f64 / (1024.0 * 1024.0);
+    // Up to 10 tasks one by one, else their range.
+    let list = |v: &[u64], d: usize| {
+        if v.len() > 10 {
+            let (lo, hi) = (v.iter().min(), v.iter().max());
+            return format!(
+                "{} tasks, {:.*} to {:.*}",
+                v.len(),
+                d,
+                lo.map_or(0.0, mib),
+                d,
+                hi.map_or(0.0, mib)
+            );
+        }
+        v.iter()
+            .map(|b| format!("{:.*}", d, mib(b)))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    format!(
+        "training step's own peak {:.2} MiB (per task {}), against the process's {:.1} MiB (per task {})\n",
+        mib(&m.step_peak_bytes),
+        list(&m.per_task_step_peak_bytes, 2),
+        mib(&m.train.peak_bytes),
+        list(&m.per_task_train_peak_bytes, 1),
+    )
 }
 
 /// Mean ± standard deviation of each metric over runs, plus `task_il_acc` (the task-IL view's
@@ -205,6 +243,31 @@ pub fn confusion_table(m: &[Vec<u64>], names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_memory_line_by_hand() {
+        let mib = 1u64 << 20;
+        let mut m = MemoryReport::default();
+        // An older report has no step figure: no line.
+        assert_eq!(step_memory_line(&m), "");
+        m.step_peak_bytes = 3 * mib / 2;
+        m.per_task_step_peak_bytes = vec![mib, 3 * mib / 2];
+        m.train.peak_bytes = 120 * mib;
+        m.per_task_train_peak_bytes = vec![100 * mib, 120 * mib];
+        assert_eq!(
+            step_memory_line(&m),
+            "training step's own peak 1.50 MiB (per task 1.00 / 1.50), against the process's 120.0 MiB (per task 100.0 / 120.0)\n"
+        );
+        // Beyond 10 tasks, their range.
+        m.per_task_step_peak_bytes = (1..=12).map(|k| k * mib).collect();
+        m.per_task_train_peak_bytes = vec![100 * mib; 12];
+        let line = step_memory_line(&m);
+        assert!(
+            line.contains("(per task 12 tasks, 1.00 to 12.00)")
+                && line.contains("(per task 12 tasks, 100.0 to 100.0)"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn confusion_table_by_hand() {

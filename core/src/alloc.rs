@@ -81,3 +81,12 @@ pub fn read() -> HeapStats {
 pub fn reset_peak() {
     PEAK.store(CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
 }
+
+/// Sets the peak to `max(bytes, current)`: closing a nested measurement restores the enclosing
+/// one's peak ([`crate::train::memory::PeakWindow`]).
+pub fn set_peak(bytes: u64) {
+    PEAK.store(
+        bytes.max(CURRENT.load(Ordering::Relaxed)),
+        Ordering::Relaxed,
+    );
+}

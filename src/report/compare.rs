@@ -77,6 +77,10 @@ pub struct RunRow {
     pub total_s: Option<Stat>,
     /// Peak memory of the run, MiB (heap on the CPU, device pool on GPUs).
     pub peak_mib: Option<Stat>,
+    /// The training step's own peak, MiB: what a step adds above the bytes in use before it
+    /// (`memory.step_peak_bytes`: activations, gradients, temporaries, the part the memory
+    /// strategies change); `None` for reports of older versions.
+    pub step_peak_mib: Option<Stat>,
     /// The final model's parameters, thousands.
     pub params_k: Option<Stat>,
     /// What the figures were measured on ([`benchmark`]; the first seed's for a `--seeds`
@@ -171,6 +175,10 @@ impl RunRow {
             total_s: of(&|r| Some(r.timings.total_s)),
             peak_mib: of(&|r| Some(r.memory.peak_bytes as f64 / MIB)),
             params_k: of(&|r| Some(r.memory.parameters as f64 / 1e3)),
+            step_peak_mib: of(&|r| {
+                let b = r.memory.step_peak_bytes;
+                (b > 0).then(|| b as f64 / MIB)
+            }),
             retention_caveat: reports.iter().any(|r| r.retention_note.is_some()),
             data: reports.first().map_or(serde_json::Value::Null, benchmark),
             learned,
@@ -294,7 +302,7 @@ pub fn data_differences(rows: &[RunRow]) -> Vec<String> {
 /// The `engram compare` table: a header and one row per run, columns aligned.
 ///
 /// Columns: `run`, `seeds`, `ACC`, `AIA` (average incremental accuracy), `BWT`, `forgetting`, `FWT`, `retention`, `task-IL ACC` (4
-/// decimals, fractions; the last for class-incremental runs), `time (s)` (1 decimal), `peak MiB` (1 decimal), `params k` (the final model's
+/// decimals, fractions; the last for class-incremental runs), `time (s)` (1 decimal), `peak MiB` (1 decimal; the process's), `step peak MiB` (2 decimals; the training step's own addition), `params k` (the final model's
 /// parameters in thousands, 1 decimal); `–` where undefined.
 pub fn compare_table(rows: &[RunRow]) -> String {
     let header = [
@@ -309,6 +317,7 @@ pub fn compare_table(rows: &[RunRow]) -> String {
         "task-IL ACC",
         "time (s)",
         "peak MiB",
+        "step peak MiB",
         "params k",
     ];
     let cell = |s: &Option<Stat>, d: usize| s.map_or_else(|| "–".to_string(), |s| s.format(d));
@@ -327,6 +336,7 @@ pub fn compare_table(rows: &[RunRow]) -> String {
                 cell(&r.task_il_acc, 4),
                 cell(&r.total_s, 1),
                 cell(&r.peak_mib, 1),
+                cell(&r.step_peak_mib, 2),
                 cell(&r.params_k, 1),
             ]
         })

@@ -239,7 +239,10 @@ fn seen_mean(r: &Report) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Peak memory per phase and per task's training phase, MiB; beyond [`MAX_BARS`] tasks, each
+/// Peak memory per phase and per task's training phase, MiB; with a report that has them
+/// (`memory.per_task_step_peak_bytes`), a third panel on its own scale: each task's training
+/// step's own peak (what a step adds above the bytes in use before it, which the process's
+/// peak, dominated by the data set and strategy state, hides). Beyond [`MAX_BARS`] tasks, each
 /// bar is the peak of a group of consecutive tasks (the axis says how many).
 pub(super) fn draw_memory<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -252,7 +255,17 @@ pub(super) fn draw_memory<DB: DrawingBackend>(
         mem.source.as_str()
     };
     let titled = root.titled(&format!("Peak memory ({source}), MiB"), (FONT, 26))?;
-    let (left, right) = titled.split_horizontally(titled.dim_in_pixel().0 as i32 / 2);
+    let steps = !mem.per_task_step_peak_bytes.is_empty();
+    let width = titled.dim_in_pixel().0 as i32;
+    let (left, right, step_area) = if steps {
+        // The phases' five labels need the widest panel.
+        let (left, rest) = titled.split_horizontally(width * 45 / 100);
+        let (right, step_area) = rest.split_horizontally(width * 28 / 100);
+        (left, right, Some(step_area))
+    } else {
+        let (left, right) = titled.split_horizontally(width / 2);
+        (left, right, None)
+    };
     let phases: Vec<(String, f64)> = vec![
         ("train".into(), mem.train.peak_bytes as f64 / MIB),
         ("eval".into(), mem.eval.peak_bytes as f64 / MIB),
@@ -260,22 +273,7 @@ pub(super) fn draw_memory<DB: DrawingBackend>(
         ("run peak".into(), mem.peak_bytes as f64 / MIB),
         ("run end".into(), mem.end_bytes as f64 / MIB),
     ];
-    let per_task = &mem.per_task_train_peak_bytes;
-    let g = per_task.len().div_ceil(MAX_BARS).max(1);
-    let tasks: Vec<(String, f64)> = per_task
-        .chunks(g)
-        .enumerate()
-        .map(|(k, c)| {
-            let peak = c.iter().copied().max().unwrap_or(0) as f64 / MIB;
-            let (a, b) = (k * g, k * g + c.len() - 1);
-            let label = if a == b {
-                format!("T{a}")
-            } else {
-                format!("T{a}–{b}")
-            };
-            (label, peak)
-        })
-        .collect();
+    let (tasks, g) = task_groups(&mem.per_task_train_peak_bytes);
     let top = phases
         .iter()
         .chain(&tasks)
@@ -303,7 +301,42 @@ pub(super) fn draw_memory<DB: DrawingBackend>(
         top,
         PALETTE[1],
     )?;
+    if let Some(step_area) = step_area {
+        let (step_bars, _) = task_groups(&mem.per_task_step_peak_bytes);
+        let top = step_bars.iter().map(|(_, v)| *v).fold(0.0, f64::max);
+        let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+        bars(
+            &step_area,
+            &step_bars,
+            &x_desc,
+            "training step peak (MiB)",
+            top,
+            PALETTE[2],
+        )?;
+    }
     Ok(())
+}
+
+/// Per-task byte figures as bars in MiB, labelled `T3` (or `T0–4` for a group), and the group
+/// size: one task a bar up to [`MAX_BARS`] tasks, else the peak of each group of consecutive
+/// tasks.
+fn task_groups(per_task: &[u64]) -> (Vec<(String, f64)>, usize) {
+    let g = per_task.len().div_ceil(MAX_BARS).max(1);
+    let bars = per_task
+        .chunks(g)
+        .enumerate()
+        .map(|(k, c)| {
+            let peak = c.iter().copied().max().unwrap_or(0) as f64 / MIB;
+            let (a, b) = (k * g, k * g + c.len() - 1);
+            let label = if a == b {
+                format!("T{a}")
+            } else {
+                format!("T{a}–{b}")
+            };
+            (label, peak)
+        })
+        .collect();
+    (bars, g)
 }
 
 /// ACC and retention of each row as horizontal bars (fractions), whiskers at ± sd. When a row's

@@ -258,3 +258,219 @@ fn throughput_bench_reports_each_thread_count() {
         assert!(msg.contains("built without CubeCL's CPU runtime"), "{msg}");
     }
 }
+
+/// A 3-task class-incremental Split-FMNIST slice with EWC (λ 100) and replay (500) on an MLP
+/// of `hidden` layers, SGD 0.05 with momentum 0.9 and `clip_norm = 1.0`, batch `batch`,
+/// `subsample` training rows a task, then `memory` (its `[[memory]]` entries).
+fn ewc_replay_config(
+    dir: &Path,
+    name: &str,
+    hidden: &str,
+    batch: usize,
+    subsample: usize,
+    memory: &str,
+) -> std::path::PathBuf {
+    let _ = fmnist_dir();
+    let text = format!(
+        "[run]\nseed = 0\n[data]\ndataset = \"fashion-mnist\"\nscenario = \"class-incremental\"\n\
+         tasks = 3\nclasses_per_task = 2\nsubsample = {subsample}\ntest_subsample = 400\n\
+         [model]\ntype = \"mlp\"\nhidden = {hidden}\n[optimizer]\ntype = \"sgd\"\nlr = 0.05\n\
+         momentum = 0.9\n[train]\nbatch_size = {batch}\nclip_norm = 1.0\n[[forgetting]]\n\
+         type = \"ewc\"\nlambda = 100.0\n[[forgetting]]\ntype = \"replay\"\ncapacity = 500\n{memory}"
+    );
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn u64s(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+/// Each task's training step's own memory is in report.json: one figure a task, at least the
+/// parameters' gradients (4 bytes a parameter, alive when the step ends) and far below the
+/// process's training peak (which holds the data set, EWC's state and replay's buffer); the
+/// run's figure is their highest.
+#[test]
+fn each_task_reports_the_training_steps_own_peak() {
+    crate::util::require_fmnist!();
+    let d = tempfile::tempdir().unwrap();
+    let cfg = ewc_replay_config(d.path(), "m.toml", "[400, 400]", 128, 400, "");
+    let out = d.path().join("m");
+    let (code, msg) =
+        crate::util::run(&["run", cfg.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{msg}");
+    // The summary says it.
+    assert!(msg.contains("training step's own peak "), "{msg}");
+    let m = &report(&out)["memory"];
+    let (step, process) = (
+        u64s(&m["per_task_step_peak_bytes"]),
+        u64s(&m["per_task_train_peak_bytes"]),
+    );
+    let grads = 4 * m["parameters"].as_u64().unwrap();
+    // 784-400-400-10: the head has every class of the stream.
+    assert_eq!(
+        grads,
+        4 * (784 * 400 + 400 + 400 * 400 + 400 + 400 * 10 + 10)
+    );
+    assert_eq!((step.len(), process.len()), (3, 3), "{m}");
+    for (t, (s, p)) in step.iter().zip(&process).enumerate() {
+        assert!(
+            *s >= grads && 2 * s < *p,
+            "task {t}: step {s}, process {p}: {m}"
+        );
+    }
+    assert_eq!(m["step_peak_bytes"].as_u64(), step.iter().max().copied());
+}
+
+/// A memory budget holds on every task of an EWC + replay run: it plans at the first step and
+/// again at each task's start, where replay's rows and EWC's penalty join the step. The budget
+/// lies between the plain step of task 0 and that of task 1 (measured by a first run with a
+/// roomy budget), so task 0 keeps the plain step and task 1 needs a smaller plan; every task's
+/// step peak stays within the budget.
+#[test]
+fn a_memory_budget_plans_again_at_each_task_and_holds_on_every_task() {
+    crate::util::require_fmnist!();
+    let d = tempfile::tempdir().unwrap();
+    let budget = |b: &str| format!("[[memory]]\ntype = \"budget\"\nbudget = \"{b}\"\n");
+    let hidden = "[256, 256, 256, 256]";
+    let cfg = ewc_replay_config(d.path(), "roomy.toml", hidden, 1024, 2048, &budget("1 GiB"));
+    let roomy = d.path().join("roomy");
+    let (code, msg) = run_quiet(&cfg, &roomy, &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let r = report(&roomy);
+    let plans = r["memory"]["strategies"]["budget"]["plans"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let seen: Vec<(u64, &str)> = plans
+        .iter()
+        .map(|p| (p["task"].as_u64().unwrap(), p["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (0, "the first step"),
+            (1, "task 1 starts"),
+            (2, "task 2 starts")
+        ]
+    );
+    // Replay's rows join the batch from task 1 on.
+    let rows: Vec<u64> = plans.iter().map(|p| p["rows"].as_u64().unwrap()).collect();
+    assert!(rows[0] == 1024 && rows[1] > 1024, "{rows:?}");
+    let plain: Vec<u64> = plans
+        .iter()
+        .map(|p| p["peak_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(plain[1] > plain[0], "{plain:?}");
+
+    let tight = (plain[0] + plain[1]) / 2;
+    let cfg = ewc_replay_config(
+        d.path(),
+        "tight.toml",
+        hidden,
+        1024,
+        2048,
+        &budget(&tight.to_string()),
+    );
+    let out = d.path().join("tight");
+    let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let t = report(&out);
+    let b = &t["memory"]["strategies"]["budget"];
+    let plans = b["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 3, "{b}");
+    assert!(
+        plans[0]["plan"]["interval"].is_null() && plans[0]["plan"]["micro_batches"] == 1,
+        "{b}"
+    );
+    // Task 1's plain probe went over, so it runs a smaller plan.
+    let probes = plans[1]["probes"].as_array().unwrap();
+    assert!(
+        probes.len() > 1 && probes[0]["peak_bytes"].as_u64().unwrap() > tight,
+        "{b}"
+    );
+    assert_ne!(plans[1]["plan"], plans[0]["plan"], "{b}");
+    let step = u64s(&t["memory"]["per_task_step_peak_bytes"]);
+    assert_eq!(step.len(), 3);
+    assert!(
+        step.iter().all(|&s| s <= tight),
+        "step peaks {step:?} vs budget {tight}: {b}"
+    );
+    assert_eq!(b["over_budget"], serde_json::json!([]), "{b}");
+}
+
+/// Under AMP at a small size, the budget measures the mixed-precision step above the `f32` one
+/// and says so: a warning on stderr and a `memory` event in report.json.
+#[test]
+fn a_budget_says_when_mixed_precision_costs_memory() {
+    crate::util::require_fmnist!();
+    let d = tempfile::tempdir().unwrap();
+    let memory = "[[memory]]\ntype = \"amp\"\ndtype = \"bf16\"\n[[memory]]\ntype = \"budget\"\nbudget = \"1 GiB\"\n";
+    let cfg = ewc_replay_config(d.path(), "amp.toml", "[400, 400]", 128, 400, memory);
+    let out = d.path().join("amp");
+    let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(
+        msg.contains("warning: budget: mixed precision (BF16) took"),
+        "{msg}"
+    );
+    let events: Vec<serde_json::Value> = report(&out)["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "memory")
+        .cloned()
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let m = events[0]["message"].as_str().unwrap();
+    assert!(
+        m.starts_with("budget: mixed precision (BF16) took") && m.contains("in f32"),
+        "{m}"
+    );
+}
+
+/// Memory windows nest on the heap (engram-core's counting allocator, as the binary has it): an
+/// inner window's reset of the peak does not lose the outer one's, and a window closed apart
+/// (a budget's discarded probe) counts in neither enclosing window. The counters are the
+/// process's and tests in this binary run in parallel, so a scenario is tried up to 5 times
+/// and one clean pass suffices; a broken nesting fails every try.
+#[test]
+fn peak_windows_nest_and_close_apart() {
+    use engram::core::train::memory::PeakWindow;
+    let cpu = engram::core::burn::tensor::Device::flex();
+    let mib = 1u64 << 20;
+    let block = |n: u64| std::hint::black_box(vec![0u8; n as usize]);
+    let nested = || {
+        let outer = PeakWindow::open(&cpu);
+        drop(block(64 * mib));
+        let inner = PeakWindow::open(&cpu);
+        drop(block(16 * mib));
+        let inner_added = inner.close(&cpu);
+        // The outer window still sees its own 64 MiB, though the inner one reset the peak.
+        let outer_added = outer.close(&cpu);
+        (16 * mib..64 * mib).contains(&inner_added) && outer_added >= 64 * mib
+    };
+    assert!((0..5).any(|_| nested()), "nested windows");
+    let apart = || {
+        let outer = PeakWindow::open(&cpu);
+        let probe = PeakWindow::open(&cpu);
+        drop(block(512 * mib));
+        let seen = probe.added(&cpu);
+        let probe_added = probe.close_apart(&cpu);
+        let kept = PeakWindow::open(&cpu);
+        drop(block(8 * mib));
+        let kept_added = kept.close(&cpu);
+        // The probe closed apart is left out of the outer window.
+        let outer_added = outer.close(&cpu);
+        seen >= 512 * mib
+            && probe_added >= 512 * mib
+            && kept_added >= 8 * mib
+            && (8 * mib..512 * mib).contains(&outer_added)
+    };
+    assert!((0..5).any(|_| apart()), "a window closed apart");
+}

@@ -54,6 +54,8 @@ fn expected_text(stem: &str) -> &'static [&'static str] {
             "run peak",
             "training task",
             "100.0",
+            "training step peak (MiB)",
+            "3.2",
         ],
         "loss_lr" => &[
             "global step",
@@ -192,12 +194,13 @@ fn compare_prints_runs_side_by_side() {
         "retention",
         "time (s)",
         "peak MiB",
+        "step peak MiB",
     ] {
         assert!(lines[0].contains(col), "header lacks {col}: {out}");
     }
     // Single run: the report's figures (hand-computed metrics of R in the fixture).
     for cell in [
-        "0.7000", "-0.2500", "0.2500", "0.0250", "0.7059", "12.5", "100.0",
+        "0.7000", "-0.2500", "0.2500", "0.0250", "0.7059", "12.5", "100.0", "3.25",
     ] {
         assert!(lines[1].contains(cell), "row 1 lacks {cell}: {out}");
     }

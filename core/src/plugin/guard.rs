@@ -157,6 +157,16 @@ impl<T: MemoryStrategy + ?Sized> MemoryStrategy for Guarded<T> {
     fn step(&mut self, req: StepRequest<'_>, next: Next<'_>) -> crate::Result<StepOutcome> {
         guard(&self.lib, &self.name, "step", || self.inner.step(req, next))?
     }
+    fn before_task(&mut self, task: &TaskInfo) {
+        guard_or_fault(&self.lib, &self.name, "before_task", || {
+            self.inner.before_task(task)
+        })
+    }
+    fn take_warnings(&mut self) -> Vec<String> {
+        guard_or_fault(&self.lib, &self.name, "take_warnings", || {
+            self.inner.take_warnings()
+        })
+    }
     fn report(&self) -> Option<serde_json::Value> {
         guard_or_fault(&self.lib, &self.name, "report", || self.inner.report())
     }

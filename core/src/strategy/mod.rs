@@ -404,6 +404,20 @@ pub trait MemoryStrategy: Send {
     /// Runs one step, calling `next` zero or more times (an execution strategy never does).
     fn step(&mut self, req: StepRequest<'_>, next: Next<'_>) -> Result<StepOutcome>;
 
+    /// Called before the first step of each task (not again when a run resumes inside it):
+    /// the step may change there (a new head's classes, replay's first rows, a forgetting
+    /// penalty that appears after the first task), so a strategy that planned for the step
+    /// (a memory budget) plans again. Default: nothing.
+    fn before_task(&mut self, _task: &TaskInfo) {}
+
+    /// Warnings raised since the last call, each one sentence (a step that went over a memory
+    /// budget, a plan that took more memory than the plain step): the trainer asks after
+    /// every step, prints each on standard error and records it in `report.json` as a
+    /// `memory` event. Default: none.
+    fn take_warnings(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Whether this layer computes a step over slices of the batch (gradient accumulation),
     /// so that a model with batch statistics ([`crate::model::Model::uses_batch_statistics`])
     /// normalises each micro-batch with its own statistics and the step is no longer the plain

@@ -194,6 +194,10 @@ pub struct Record {
     pub eval_samples: usize,
     /// Peak of the current task's train phase so far (bytes).
     pub task_train: PhaseMemory,
+    /// The current task's training step's own peak so far: the most a step added above the
+    /// bytes in use before it (bytes; [`super::memory::PeakWindow`]); left out while 0.
+    #[serde(skip_serializing_if = "crate::train::report::is_zero")]
+    pub task_step_peak: u64,
 }
 
 /// The anomaly rollbacks: how often the current task was retried, and the control

@@ -7,6 +7,7 @@
 
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use crate::alloc::HeapStats;
 
@@ -32,6 +33,103 @@ pub fn device_bytes(device: &Device) -> Option<u64> {
     }
 }
 
+/// The highest absolute heap peak (bytes) of the windows closed with
+/// [`PeakWindow::close_apart`] since the last [`PhaseMeter::start`]: counted in the phase's
+/// peak, not in the windows around them.
+static APART_PEAK: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes in use in `device`'s pool after a `sync`, on CubeCL devices; `None` on the CPU.
+fn pool_bytes(device: &Device) -> Option<u64> {
+    device.memory_pool_usage()?;
+    let _ = device.sync();
+    device.memory_pool_usage().map(|u| u.bytes_in_use)
+}
+
+/// A nestable measurement of what a stretch of work (one training step, one probe step of a
+/// memory budget) adds to memory: its **peak bytes minus the bytes in use when it opened**.
+/// This is the training step's own addition that `report.json` gives as
+/// `memory.step_peak_bytes` and that the `budget` memory strategy bounds: its activations,
+/// gradients and temporaries, without the parameters, optimiser state and data set already
+/// held.
+///
+/// On the CPU (heap accounting) the heap peak is reset on opening, and closing restores the
+/// enclosing measurement's peak, so windows nest: a window inside another counts in the outer
+/// one too (unless closed with [`PeakWindow::close_apart`]), and in the phase's peak
+/// ([`PhaseMeter`]). On CubeCL devices the pool reports current bytes only, so the peak is the
+/// bytes in use at the close (after a `sync`), which holds the gradients but not the freed
+/// activations: a lower bound.
+#[derive(Debug)]
+#[must_use = "close the window to read what it added"]
+pub struct PeakWindow {
+    /// Bytes in use at the opening.
+    before: u64,
+    /// The enclosing measurement's heap peak at the opening (heap accounting only).
+    outer_peak: u64,
+    /// Whether the figures are the device pool's.
+    pool: bool,
+}
+
+impl PeakWindow {
+    /// Opens a window on `device`'s memory (the pool on CubeCL devices, the heap on the CPU).
+    pub fn open(device: &Device) -> Self {
+        if let Some(before) = pool_bytes(device) {
+            return Self {
+                before,
+                outer_peak: 0,
+                pool: true,
+            };
+        }
+        let h = crate::alloc::read();
+        reset_heap_peak();
+        Self {
+            before: h.current,
+            outer_peak: h.peak,
+            pool: false,
+        }
+    }
+
+    /// The bytes in use when the window opened.
+    pub fn before(&self) -> u64 {
+        self.before
+    }
+
+    /// What the window added so far: its peak minus the bytes in use at its opening, bytes.
+    pub fn added(&self, device: &Device) -> u64 {
+        self.peak(device).saturating_sub(self.before)
+    }
+
+    /// Peak bytes so far, absolute.
+    fn peak(&self, device: &Device) -> u64 {
+        if self.pool {
+            pool_bytes(device).unwrap_or(self.before)
+        } else {
+            crate::alloc::read().peak
+        }
+    }
+
+    /// Closes the window: returns its peak minus the bytes in use at its opening, in bytes,
+    /// and keeps that peak in the enclosing measurement.
+    pub fn close(self, device: &Device) -> u64 {
+        let peak = self.peak(device);
+        if !self.pool {
+            crate::alloc::set_peak(peak.max(self.outer_peak));
+        }
+        peak.saturating_sub(self.before)
+    }
+
+    /// Closes the window like [`PeakWindow::close`], but leaves its peak out of the enclosing
+    /// windows (the phase's peak still counts it): for work whose result is thrown away, such
+    /// as a memory budget's probe steps over the budget, which are not the step that was taken.
+    pub fn close_apart(self, device: &Device) -> u64 {
+        let peak = self.peak(device);
+        if !self.pool {
+            APART_PEAK.fetch_max(peak, Ordering::Relaxed);
+            crate::alloc::set_peak(self.outer_peak);
+        }
+        peak.saturating_sub(self.before)
+    }
+}
+
 /// Peak and end-of-phase bytes of one phase (train step, evaluation, after-task pass).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseMemory {
@@ -52,6 +150,7 @@ impl PhaseMeter {
     /// Starts a phase (resets the heap peak).
     pub fn start() -> Self {
         reset_heap_peak();
+        APART_PEAK.store(0, Ordering::Relaxed);
         Self { peak: 0 }
     }
 
@@ -59,7 +158,7 @@ impl PhaseMeter {
     pub fn sample(&mut self, device: &Device) {
         let v = match device.memory_pool_usage() {
             Some(u) => u.bytes_in_use,
-            None => heap().map_or(0, |h| h.peak),
+            None => heap().map_or(0, |h| h.peak.max(APART_PEAK.load(Ordering::Relaxed))),
         };
         self.peak = self.peak.max(v);
     }

@@ -84,8 +84,21 @@ pub struct MemoryReport {
     pub eval: PhaseMemory,
     /// After-task passes (Fisher information, buffer updates).
     pub after_task: PhaseMemory,
-    /// Per task: the train phase's peak bytes.
+    /// Per task: the train phase's peak bytes (the process's: parameters, optimiser and
+    /// strategy state and the data set included).
     pub per_task_train_peak_bytes: Vec<u64>,
+    /// Per task: the training step's own addition, the highest over the task's steps of the
+    /// step's peak bytes minus the bytes in use just before it
+    /// ([`super::memory::PeakWindow`]: activations, gradients, temporaries; what the memory
+    /// strategies change and a `budget` bounds). A memory budget's probe steps that it
+    /// discards are not counted (`memory.strategies.budget` lists them). Empty in reports
+    /// of older versions (and left out while empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_task_step_peak_bytes: Vec<u64>,
+    /// The highest of [`MemoryReport::per_task_step_peak_bytes`] (0 in reports of older
+    /// versions; left out while 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub step_peak_bytes: u64,
     /// Parameters (count) of the final model; `4 ×` this is their size in bytes in `f32`.
     /// Grows during a run for strategies that add parameters (mixture of experts).
     #[serde(default)]
@@ -93,6 +106,11 @@ pub struct MemoryReport {
     /// What each memory strategy reports ([`crate::strategy::MemoryStrategy::report`]), by name.
     #[serde(default)]
     pub strategies: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// Whether `n` is 0 (a figure left out of `report.json` and `state.json` until measured).
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Throughput figures.
@@ -160,6 +178,9 @@ pub enum EventKind {
     Rollback,
     /// `anomaly`: a scheduler asked for a rollback after its retries were spent.
     Anomaly,
+    /// `memory`: a memory strategy's warning: a step went over a memory budget, or a plan
+    /// with checkpointing took more than the plain step it was to shrink.
+    Memory,
     /// `divergence`: the loss became infinite or NaN and the run restarted the task with a
     /// lower learning rate and clipping (`[train] on_divergence = "restart"`).
     Divergence,
@@ -167,12 +188,13 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 6] = [
+    pub const ALL: [EventKind; 7] = [
         EventKind::AtChance,
         EventKind::BatchStatistics,
         EventKind::Leak,
         EventKind::Rollback,
         EventKind::Anomaly,
+        EventKind::Memory,
         EventKind::Divergence,
     ];
 
@@ -184,6 +206,7 @@ impl EventKind {
             EventKind::Leak => "leak",
             EventKind::Rollback => "rollback",
             EventKind::Anomaly => "anomaly",
+            EventKind::Memory => "memory",
             EventKind::Divergence => "divergence",
         }
     }
@@ -416,6 +439,7 @@ mod tests {
                 "leak",
                 "rollback",
                 "anomaly",
+                "memory",
                 "divergence"
             ]
         );

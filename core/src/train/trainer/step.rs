@@ -180,6 +180,7 @@ impl state::RunState<'_> {
             cx: &bcx,
         };
         let rows = batch.len();
+        let window = memory::PeakWindow::open(&self.inner);
         let outcome = Next::new(&mut p.memory)
             .run(StepRequest {
                 model: &self.model,
@@ -196,6 +197,8 @@ impl state::RunState<'_> {
                     divergence::StepScene::new(&self.model, &batch, &bcx, rng_seed, p, clip);
                 divergence::explain(e, &scene)
             })?;
+        let added = window.close(&self.inner);
+        task::note_step_memory(&mut self.pr.record, &mut p.memory, added, task);
         meter.sample(&self.inner);
         let mut applied = None;
         if outcome.skipped {

@@ -82,8 +82,12 @@ impl RunState<'_> {
                 final_train_loss: 0.0,
             };
             each_forgetting(&mut p.forgetting, (), |f, ()| f.before_task(&mut tcx))?;
+            for m in p.memory.iter_mut() {
+                m.before_task(&info);
+            }
             self.pr.at.before_task_done = true;
             self.pr.record.task_train = PhaseMemory::default();
+            self.pr.record.task_step_peak = 0;
         }
         self.leaks.start_task(info.index);
         Ok(Task { info, start })
@@ -142,8 +146,8 @@ impl RunState<'_> {
         pr.at.chunk = 0;
     }
 
-    /// Adds the finished training phase to the record: its time, its memory peak, the task's
-    /// final loss.
+    /// Adds the finished training phase to the record: its time, its memory peak and its
+    /// steps' own peak, the task's final loss.
     fn end_train_phase(&mut self, phase: TrainPhase) {
         let rec = &mut self.pr.record;
         let train_s = phase.clock.elapsed().as_secs_f64();
@@ -154,6 +158,8 @@ impl RunState<'_> {
             .per_task_train_peak_bytes
             .push(rec.task_train.peak_bytes);
         rec.memory.train.peak_bytes = rec.memory.train.peak_bytes.max(rec.task_train.peak_bytes);
+        rec.memory.per_task_step_peak_bytes.push(rec.task_step_peak);
+        rec.memory.step_peak_bytes = rec.memory.step_peak_bytes.max(rec.task_step_peak);
         rec.memory.train.end_bytes = rec.task_train.end_bytes;
         rec.counters.final_loss.push(self.pr.losses.last_epoch_loss);
         self.notify(RunEvent::TaskEnd {
@@ -186,5 +192,28 @@ impl RunState<'_> {
         meter.finish(&self.inner, &mut self.pr.record.memory.after_task);
         self.pr.record.timings.after_task_s += ta.elapsed().as_secs_f64();
         Ok(())
+    }
+}
+
+/// Records what a training step of task `task` added to memory (`added` bytes above the
+/// bytes in use before it, [`memory::PeakWindow`]) into the task's step peak, then each memory
+/// strategy's warnings ([`MemoryStrategy::take_warnings`]): on standard error and as `memory`
+/// events.
+pub(super) fn note_step_memory(
+    record: &mut checkpoint::Record,
+    strategies: &mut [Box<dyn MemoryStrategy>],
+    added: u64,
+    task: usize,
+) {
+    record.task_step_peak = record.task_step_peak.max(added);
+    for s in strategies.iter_mut() {
+        for message in s.take_warnings() {
+            eprintln!("warning: {}: {message}", s.name());
+            record.events.push(Event {
+                task,
+                kind: EventKind::Memory,
+                message: format!("{}: {message}", s.name()),
+            });
+        }
     }
 }
