@@ -66,10 +66,10 @@ pub fn run_table(r: &Report) -> String {
         signed(m.fwt),
         m.retention.map_or("–".into(), |v| format!("{v:.4}")),
     );
-    if let Some(note) = &r.retention_note {
     if let Some(rule) = &r.normalization {
         let _ = writeln!(s, "data normalised {rule}");
     }
+    if let Some(note) = &r.retention_note {
         let _ = writeln!(s, "  retention: {note}");
     }
     if let (Some(t), Some(tm)) = (&r.task_il_accuracy_matrix, &r.task_il_metrics) {

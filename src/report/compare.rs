@@ -171,15 +171,15 @@ impl RunRow {
             forgetting: of(&|r| r.metrics.forgetting),
             fwt: of(&|r| r.metrics.fwt),
             retention: of(&|r| r.metrics.retention),
+            retention_caveat: reports.iter().any(|r| r.retention_note.is_some()),
             task_il_acc: of(&|r| r.task_il_metrics.as_ref().and_then(|m| m.acc)),
             total_s: of(&|r| Some(r.timings.total_s)),
             peak_mib: of(&|r| Some(r.memory.peak_bytes as f64 / MIB)),
-            params_k: of(&|r| Some(r.memory.parameters as f64 / 1e3)),
             step_peak_mib: of(&|r| {
                 let b = r.memory.step_peak_bytes;
                 (b > 0).then(|| b as f64 / MIB)
             }),
-            retention_caveat: reports.iter().any(|r| r.retention_note.is_some()),
+            params_k: of(&|r| Some(r.memory.parameters as f64 / 1e3)),
             data: reports.first().map_or(serde_json::Value::Null, benchmark),
             learned,
             naive: !reports.is_empty()

@@ -377,6 +377,10 @@ pub(super) fn draw_rows<DB: DrawingBackend>(
     rows_panel(&right, rows, title, &retention, PALETTE[1], None, caveat)
 }
 
+/// The footnote of the comparison figure when a row's retention is marked `*`.
+pub(super) const RETENTION_CAVEAT: &str = "* an old task was at chance right after training: \
+     retention divides by that accuracy, is not a share kept, can pass 1";
+
 /// A run's name as a bar's label: at most 60 characters, the end kept (`…` before it).
 fn row_label(name: &str) -> String {
     let len = name.chars().count();
@@ -398,6 +402,7 @@ fn rows_panel<DB: DrawingBackend>(
     pick: &dyn Fn(&RunRow) -> Option<Stat>,
     colour: RGBColor,
     label_px: Option<u32>,
+    mark_caveat: bool,
 ) -> Drawn<DB> {
     let k = rows.len().max(1);
     let top = rows
@@ -413,10 +418,6 @@ fn rows_panel<DB: DrawingBackend>(
             String::new()
         }
     };
-/// The footnote of the comparison figure when a row's retention is marked `*`.
-pub(super) const RETENTION_CAVEAT: &str = "* an old task was at chance right after training: \
-     retention divides by that accuracy, is not a share kept, can pass 1";
-
     let mut chart = ChartBuilder::on(area)
         .margin(15)
         .x_label_area_size(50)
@@ -437,7 +438,6 @@ pub(super) const RETENTION_CAVEAT: &str = "* an old task was at chance right aft
     chart.draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
         let s = pick(r)?;
         Some(Rectangle::new(
-    mark_caveat: bool,
             [(0.0, at(i) - 0.35), (s.mean, at(i) + 0.35)],
             colour.filled(),
         ))
@@ -453,6 +453,11 @@ pub(super) const RETENTION_CAVEAT: &str = "* an old task was at chance right aft
     let style = TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
     chart.draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
         let s = pick(r)?;
+        let star = if mark_caveat && r.retention_caveat {
+            "*"
+        } else {
+            ""
+        };
         Some(Text::new(
             format!(" {:.3}{star}", s.mean),
             (s.mean + s.std.unwrap_or(0.0), at(i)),
@@ -488,11 +493,6 @@ pub(super) fn draw_loss_lr<DB: DrawingBackend>(
     let x_max = steps.iter().map(|s| s.global_step).max().unwrap_or(0) as f64 + 1.0;
     let boundaries = task_starts(steps);
     let series = |f: fn(&StepLog) -> f64| -> Vec<(f64, f64)> {
-        let star = if mark_caveat && r.retention_caveat {
-            "*"
-        } else {
-            ""
-        };
         steps
             .iter()
             .filter(|s| f(s).is_finite())
