@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Writes `bytes` to `path` atomically (temp file + fsync + rename).
 ///
@@ -147,6 +147,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// Resolves a path from the config against `base_dir` (the config file's directory,
+/// [`crate::config::LoadedConfig::base_dir`]); an absolute path is kept.
+pub fn relative_to(base_dir: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base_dir.join(p)
+    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,14 @@ fn sources(root: &Path, dirs: &[&str]) -> BTreeMap<PathBuf, String> {
         .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
-            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            // A test module of its own (`tests.rs`, `*_tests.rs`) is test code throughout.
+            let stem = p.file_stem().unwrap_or_default().to_string_lossy();
+            let test_file = stem == "tests" || stem.ends_with("_tests");
+            let code = if test_file {
+                ""
+            } else {
+                text.split("#[cfg(test)]").next().unwrap_or_default()
+            };
             let code: String = code
                 .lines()
                 .filter(|l| !l.trim_start().starts_with("//"))

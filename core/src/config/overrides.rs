@@ -198,34 +198,49 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                 i += 1;
             }
         }
-        // An empty list empties a list of entries: `--set memory=[]` is the plain step,
-        // `forgetting=[]` naive fine-tuning, `scheduler=[]` the constant rate (the file's
-        // `[[memory]]` … entries dropped, as if it had none).
-        if let Some(item) = table.get(last)
-            && empties_a_list(item, path.is_empty() && *last == "scheduler", &value)
-        {
-            table.remove(last);
-            continue;
-        }
-        if let Some(item) = table.get(last)
-            && (item.is_table() || item.is_array_of_tables())
-        {
-            let whole = if path.is_empty() {
-                last.to_string()
-            } else {
-                format!("{}.{last}", path.join("."))
-            };
-            return Err(bad(
-                format!(
-                    "--set `{set}`: `{whole}` is a section of the file; replacing it whole \
-                     would drop the keys it has"
-                ),
-                &format!("set its keys one by one: --set {whole}.KEY=VALUE"),
-            ));
-        }
-        table.insert(last, toml_edit::Item::Value(value));
+        put(table, path, last, set, value).map_err(|(m, h)| bad(m, &h))?;
     }
     Ok(doc.to_string())
+}
+
+/// Puts override `set`'s `value` at key `last` of `table` (reached by `path`): an empty list
+/// empties a list of entries (`--set memory=[]` is the plain step, `forgetting=[]` naive
+/// fine-tuning, `scheduler=[]` the constant rate: the file's `[[memory]]` … entries dropped, as
+/// if it had none); a section of the file is never replaced whole.
+///
+/// # Errors
+/// The message and hint of a value that would replace a section.
+fn put(
+    table: &mut dyn toml_edit::TableLike,
+    path: &[&str],
+    last: &str,
+    set: &str,
+    value: toml_edit::Value,
+) -> std::result::Result<(), (String, String)> {
+    if let Some(item) = table.get(last)
+        && empties_a_list(item, path.is_empty() && last == "scheduler", &value)
+    {
+        table.remove(last);
+        return Ok(());
+    }
+    if let Some(item) = table.get(last)
+        && (item.is_table() || item.is_array_of_tables())
+    {
+        let whole = if path.is_empty() {
+            last.to_string()
+        } else {
+            format!("{}.{last}", path.join("."))
+        };
+        return Err((
+            format!(
+                "--set `{set}`: `{whole}` is a section of the file; replacing it whole \
+                 would drop the keys it has"
+            ),
+            format!("set its keys one by one: --set {whole}.KEY=VALUE"),
+        ));
+    }
+    table.insert(last, toml_edit::Item::Value(value));
+    Ok(())
 }
 
 /// Whether override value `value` (an empty array) replaces `item`, a list of entries: an

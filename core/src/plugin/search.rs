@@ -84,7 +84,7 @@ pub fn find_in(
     let bare = entry.to_str().filter(|_| is_bare(entry));
     let Some(name) = bare else {
         // Whatever is there is the loader's to judge (a directory is refused by it).
-        let p = crate::train::trainer::relative_to(base_dir, entry);
+        let p = crate::fsutil::relative_to(base_dir, entry);
         return if p.exists() {
             Found::File(p)
         } else {

@@ -39,15 +39,7 @@ pub struct Prepared {
     pub observers: Vec<crate::train::observer::SharedObserver>,
 }
 
-/// Resolves a path from the config against `base_dir` ([`LoadedConfig::base_dir`]); an
-/// absolute path is kept.
-pub fn relative_to(base_dir: &Path, p: &Path) -> PathBuf {
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        base_dir.join(p)
-    }
-}
+pub use crate::fsutil::relative_to;
 
 /// Checks and builds everything a run needs: device, data, stream, strategies.
 ///
