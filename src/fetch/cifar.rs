@@ -12,49 +12,13 @@ use flate2::read::GzDecoder;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// Hex MD5 of `bytes` (RFC 1321): the only digest the CIFAR archives' page publishes. Used to
+/// Hex MD5 of `bytes` (RFC 1321, RustCrypto's `md-5` crate): the only digest the CIFAR archives' page publishes. Used to
 /// recognise the official archive, not for security (MD5 is broken against collisions); the
 /// archive's content is then checked record by record.
 pub fn md5_hex(bytes: &[u8]) -> String {
-    // Per-round shift amounts and the sine table K[i] = floor(2^32·|sin(i + 1)|) (RFC 1321 §3.4).
-    const S: [u32; 16] = [7, 12, 17, 22, 5, 9, 14, 20, 4, 11, 16, 23, 6, 10, 15, 21];
-    let k: Vec<u32> = (0..64)
-        .map(|i| ((i as f64 + 1.0).sin().abs() * 4_294_967_296.0) as u32)
-        .collect();
-    let mut h: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
-    let mut msg = bytes.to_vec();
-    msg.push(0x80);
-    while msg.len() % 64 != 56 {
-        msg.push(0);
-    }
-    msg.extend_from_slice(&((bytes.len() as u64).wrapping_mul(8)).to_le_bytes());
-    for block in msg.chunks_exact(64) {
-        let m: Vec<u32> = block
-            .chunks_exact(4)
-            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-            .collect();
-        let [mut a, mut b, mut c, mut d] = h;
-        for i in 0..64 {
-            let (f, g) = match i / 16 {
-                0 => ((b & c) | (!b & d), i),
-                1 => ((d & b) | (!d & c), (5 * i + 1) % 16),
-                2 => (b ^ c ^ d, (3 * i + 5) % 16),
-                _ => (c ^ (b | !d), (7 * i) % 16),
-            };
-            let rotated = a
-                .wrapping_add(f)
-                .wrapping_add(k[i])
-                .wrapping_add(m[g])
-                .rotate_left(S[(i / 16) * 4 + i % 4]);
-            (a, d, c) = (d, c, b);
-            b = b.wrapping_add(rotated);
-        }
-        for (x, y) in h.iter_mut().zip([a, b, c, d]) {
-            *x = x.wrapping_add(y);
-        }
-    }
-    h.iter()
-        .flat_map(|w| w.to_le_bytes())
+    use md5::{Digest, Md5};
+    Md5::digest(bytes)
+        .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
 }
