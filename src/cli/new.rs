@@ -361,14 +361,7 @@ impl PluginPlan {
     /// `.cargo/config.toml`: engram's `rustflags` (`-C prefer-dynamic`) and its target
     /// directory.
     fn cargo_config(&self) -> Result<String> {
-        let config = self.engram_file(".cargo/config.toml", BUILT_CARGO_CONFIG);
-        let parsed: toml::Table = toml::from_str(&config)
-            .map_err(|e| Error::Other(format!("engram's .cargo/config.toml: {e}")))?;
-        let flags = parsed
-            .get("build")
-            .and_then(|b| b.get("rustflags"))
-            .cloned()
-            .unwrap_or_else(|| toml::Value::Array(vec!["-C".into(), "prefer-dynamic".into()]));
+        let flags = rustflags(&self.engram_file(".cargo/config.toml", BUILT_CARGO_CONFIG))?;
         let mut out = String::from(
             "# engram's build settings, which this plugin must share (README.md).\n[build]\n\
              # engram-core is a Rust dylib shared by the engram binary and its plugins: std must\n\
@@ -551,6 +544,21 @@ pub fn cargo_toml(plan: &PluginPlan, manifest: &str) -> Result<String> {
     toml::from_str::<toml::Table>(&out)
         .map_err(|e| Error::Other(format!("the plugin's Cargo.toml would be invalid: {e}")))?;
     Ok(out)
+}
+
+/// The `[build] rustflags` of engram's `.cargo/config.toml` text `config` (`-C prefer-dynamic`
+/// where it names none), which every crate linking engram-core must share.
+///
+/// # Errors
+/// [`Error::Other`] when `config` is not TOML.
+fn rustflags(config: &str) -> Result<toml::Value> {
+    let parsed: toml::Table = toml::from_str(config)
+        .map_err(|e| Error::Other(format!("engram's .cargo/config.toml: {e}")))?;
+    Ok(parsed
+        .get("build")
+        .and_then(|b| b.get("rustflags"))
+        .cloned()
+        .unwrap_or_else(|| toml::Value::Array(vec!["-C".into(), "prefer-dynamic".into()])))
 }
 
 #[cfg(test)]

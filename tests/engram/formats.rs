@@ -3,30 +3,14 @@
 //! files are typed errors naming the file; a run on an NPY export gives the IDX run's report;
 //! `[model] init` from `engram export` and from a PyTorch-layout file.
 
-use crate::util::{fmnist_dir, run, run_quiet, small_config};
+use crate::util::{fmnist_slice as slice, run, run_quiet, small_config};
 use engram::core::data::Dataset;
-use engram::core::data::dataset::{Split, Values};
+use engram::core::data::dataset::Values;
 use engram::core::error::Error;
 use engram::core::model::InputShape;
 use std::path::Path;
 
 const FORMATS: [&str; 4] = ["idx", "npy", "csv", "image-folder"];
-
-/// The first `n_train` / `n_test` samples of the real Fashion-MNIST.
-fn slice(n_train: usize, n_test: usize) -> Dataset {
-    let _ = fmnist_dir();
-    let mut ds = engram::core::data::catalog::load("fashion-mnist", None).unwrap();
-    let cut = |s: &mut Split, n: usize| {
-        let Values::U8(v) = &mut s.values else {
-            unreachable!("IDX is bytes")
-        };
-        v.truncate(n * s.features);
-        s.labels.truncate(n);
-    };
-    cut(&mut ds.train, n_train);
-    cut(&mut ds.test, n_test);
-    ds
-}
 
 /// Fashion-MNIST tinted into three channels (1, 0.6 and 0.3 of each pixel), `[3, 28, 28]`.
 fn colour(ds: &Dataset) -> Dataset {

@@ -4,8 +4,7 @@
 //! are found from anywhere; `--set memory=[]` / `forgetting=[]` empty a list; the comparison
 //! figure carries retention's caveat; the quick start's commands run in order.
 
-use crate::util::{engram, fmnist_dir, output, run, run_quiet, small_config};
-use engram::core::data::Dataset;
+use crate::util::{engram, fmnist_slice as slice, output, run, run_quiet, small_config};
 use engram::core::data::dataset::{Split, Values};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -193,22 +192,6 @@ fn export_in_pytorch_layout_round_trips_through_init() {
     assert!(svg.contains(" 1.220*"), "the starred value");
     assert!(svg.contains("is not a share kept"), "the footnote");
     assert_eq!(svg.matches('*').count(), 3, "value, axis title, footnote");
-}
-
-/// The first `n_train` / `n_test` samples of the real Fashion-MNIST.
-fn slice(n_train: usize, n_test: usize) -> Dataset {
-    let _ = fmnist_dir();
-    let mut ds = engram::core::data::catalog::load("fashion-mnist", None).unwrap();
-    let cut = |s: &mut Split, n: usize| {
-        let Values::U8(v) = &mut s.values else {
-            unreachable!("IDX is bytes")
-        };
-        v.truncate(n * s.features);
-        s.labels.truncate(n);
-    };
-    cut(&mut ds.train, n_train);
-    cut(&mut ds.test, n_test);
-    ds
 }
 
 /// Sample `i` of `s` as the model sees it: `(x / 255 − mean) / std`, one group per

@@ -108,3 +108,19 @@ pub fn run_quiet(cfg: &Path, out: &Path, extra: &[&str], env: &[(&str, &str)]) -
     }
     output(c.output().expect("engram binary runs"))
 }
+
+/// The first `n_train` / `n_test` samples of the real Fashion-MNIST.
+pub fn fmnist_slice(n_train: usize, n_test: usize) -> engram::core::data::Dataset {
+    let _ = fmnist_dir();
+    let mut ds = engram::core::data::catalog::load("fashion-mnist", None).unwrap();
+    let cut = |s: &mut engram::core::data::dataset::Split, n: usize| {
+        let engram::core::data::dataset::Values::U8(v) = &mut s.values else {
+            unreachable!("IDX is bytes")
+        };
+        v.truncate(n * s.features);
+        s.labels.truncate(n);
+    };
+    cut(&mut ds.train, n_train);
+    cut(&mut ds.test, n_test);
+    ds
+}

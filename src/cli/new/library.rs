@@ -9,7 +9,9 @@
 //! `Cargo.lock` and `-C prefer-dynamic`, and engram's `build.rs`, which gives the program a run
 //! path to `libengram_core.so` and the toolchain's `libstd`.
 
-use super::{BUILT_CARGO_CONFIG, BUILT_LOCK, BUILT_MANIFEST, engram_file, resolve, toml_sections};
+use super::{
+    BUILT_CARGO_CONFIG, BUILT_LOCK, BUILT_MANIFEST, engram_file, resolve, rustflags, toml_sections,
+};
 use clap::Args;
 use engram::core::{Error, Result};
 use std::path::PathBuf;
@@ -127,14 +129,11 @@ impl LibraryPlan {
     /// `.cargo/config.toml`: engram's `rustflags` (`-C prefer-dynamic`), and why the target
     /// directory is the crate's own.
     fn cargo_config(&self, engram: Option<&std::path::Path>) -> Result<String> {
-        let config = engram_file(engram, ".cargo/config.toml", BUILT_CARGO_CONFIG);
-        let parsed: toml::Table = toml::from_str(&config)
-            .map_err(|e| Error::Other(format!("engram's .cargo/config.toml: {e}")))?;
-        let flags = parsed
-            .get("build")
-            .and_then(|b| b.get("rustflags"))
-            .cloned()
-            .unwrap_or_else(|| toml::Value::Array(vec!["-C".into(), "prefer-dynamic".into()]));
+        let flags = rustflags(&engram_file(
+            engram,
+            ".cargo/config.toml",
+            BUILT_CARGO_CONFIG,
+        ))?;
         Ok(format!(
             "[build]\n\
              # engram-core is a Rust dylib: a program that links it must link std dynamically\n\
