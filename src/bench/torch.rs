@@ -7,7 +7,8 @@
 pub const SCRIPT: &str = include_str!("../../bench/throughput_torch.py");
 
 /// Runs [`SCRIPT`] with the interpreter `python` at batch `batch` for `steps` measured steps
-/// with `threads` intra-op threads, on CUDA when `device` is `cuda` and on the CPU otherwise;
+/// with `threads` intra-op threads, on CUDA when `device` is `cuda` or `cuda:N` (the same
+/// device) and on the CPU otherwise;
 /// returns its figures, or `None` when PyTorch cannot run (no interpreter, torch not
 /// importable, a failed run, output that is not JSON).
 pub fn run(
@@ -18,11 +19,16 @@ pub fn run(
     device: &str,
 ) -> Option<serde_json::Value> {
     use std::io::Write as _;
-    let device = if device == "cuda" { "cuda" } else { "cpu" };
+    // PyTorch names CUDA devices as engram does (`cuda`, `cuda:1`); anything else is the CPU.
+    let device = match engram_core::device::parse(device) {
+        Ok(("cuda", Some(i))) => format!("cuda:{i}"),
+        Ok(("cuda", None)) => "cuda".to_string(),
+        _ => "cpu".to_string(),
+    };
     let mut child = std::process::Command::new(python)
         .arg("-")
         .args(["--batch", &batch.to_string(), "--steps", &steps.to_string()])
-        .args(["--threads", &threads.to_string(), "--device", device])
+        .args(["--threads", &threads.to_string(), "--device", &device])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
