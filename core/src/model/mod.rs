@@ -34,6 +34,7 @@ pub mod bert;
 pub mod block;
 pub mod bridge;
 pub mod cnn;
+pub mod gguf;
 pub mod init;
 pub mod mlp;
 pub mod params;
