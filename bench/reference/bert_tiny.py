@@ -1,22 +1,34 @@
 #!/usr/bin/env python3
 """Reference values for engram's BERT encoder (issue #35): a tiny random BertModel checkpoint
-and its outputs on padded id sequences, written to tests/data/bert-tiny/:
+and Hugging Face transformers' outputs on it, written to tests/data/bert-tiny/:
 
 - config.json        Hugging Face BertConfig fields (hidden 32, 2 layers, 4 heads, FFN 64,
                      vocab 99, max_position 16, type_vocab 2, eps 1e-12, gelu)
 - model.safetensors  a BertModel state dict in PyTorch layout (Linear weights [out, in]),
                      keys with the `bert.` prefix, plus the I64 embeddings.position_ids and the
                      pooler, which engram ignores
-- reference.json     for each id sequence: ids, the last hidden state [len, 32], and the cls
-                     and mean (over non-pad tokens) pooled vectors
+- tokenizer.json     an uncased WordPiece tokenizer over a fixed 77-token vocabulary (the
+                     special tokens, a-z, ##a-##z, punctuation and a few words), BERT's pipeline
+                     (BertNormalizer, BertPreTokenizer, [CLS] $A [SEP]), no truncation or
+                     padding section: what `engram embed` reads beside the checkpoint
+- reference.json     `samples`: for each padded id sequence, its ids, the last hidden state
+                     [len, 32], and the cls and mean (over non-pad tokens) pooled vectors;
+                     `embed`: texts tokenized with tokenizer.json at max_len 16 (truncated,
+                     padded with [PAD] = 0) and their cls, mean and L2-normalised mean vectors,
+                     which `engram embed` must reproduce
 
-The forward is Hugging Face transformers' BertModel (modeling_bert.py: BertEmbeddings,
-BertSelfAttention with the additive mask (1 - m) * finfo(float32).min, BertSelfOutput,
-BertIntermediate with erf GELU, BertOutput; post-norm LayerNorm) written in numpy, computed in
-float64 from the float32 weights. When torch and transformers import, the script also runs
-transformers' BertModel on the same checkpoint and asserts the two agree within 1e-5.
+Every value is computed by transformers' own `BertModel` (float32, its default attention
+implementation) with the versions recorded in reference.json; pooling is sentence-transformers'
+(mean: sum(h * mask) / max(sum(mask), 1e-9); normalise: torch.nn.functional.normalize, p = 2).
+A float64 numpy port of modeling_bert.py (BertEmbeddings, BertSelfAttention with the additive
+mask (1 - m) * finfo(float32).min, erf GELU, post-norm LayerNorm) checks the same outputs, and
+the script stops if the two differ by more than 1e-5.
 
-Usage: python3 bench/reference/bert_tiny.py [OUT_DIR]   (needs numpy and safetensors)
+Usage (torch and transformers are references only, never engram dependencies):
+    python3 -m venv /tmp/venv-torch
+    /tmp/venv-torch/bin/pip install torch==2.15.0 transformers==5.25.0 safetensors numpy
+    /tmp/venv-torch/bin/python bench/reference/bert_tiny.py [OUT_DIR]
+(the CPU wheel, `--index-url https://download.pytorch.org/whl/cpu`, serves as well).
 """
 
 import json
@@ -51,6 +63,29 @@ IDS = [
     [2, 9, 98, 33, 61, 72, 14, 27, 50, 3],
     [2, 77, 3, 0, 0, 0, 0, 0, 0, 0],
 ]
+
+# tokenizer.json's vocabulary, in id order ([PAD] = 0, [CLS] = 2, [SEP] = 3).
+WORDS = ["the", "market", "rose", "shares", "bank", "film", "new", "and", "in", "of", "won"]
+VOCAB = (
+    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    + ["##" + chr(c) for c in range(ord("a"), ord("z") + 1)]
+    + [".", ",", "!", "?", "'"]
+    + WORDS
+    + ["##ed", "##ing", "##er", "##ly"]
+)
+
+# What `engram embed` reads, one text per line: a short text, one with pieces and [UNK]s, an
+# empty one ([CLS] [SEP]), accents (stripped by the uncased normaliser), one of more than 16
+# ids (truncated).
+EMBED_TEXTS = [
+    "The market rose.",
+    "Shares in the bank fell sharply; 3 films won!",
+    "",
+    "Café naïve",
+    "the new film and the market and the bank rose in the market of the new bank again",
+]
+EMBED_MAX_LEN = 16
 
 
 def random_weights(cfg, seed=0):
@@ -114,8 +149,9 @@ def linear(x, sd, name):
     return x @ sd[name + ".weight"].astype(np.float64).T + sd[name + ".bias"]
 
 
-def bert_forward(sd, cfg, ids):
-    """HF BertModel's last_hidden_state for ids [batch, len], token_type 0, mask ids != 0."""
+def numpy_forward(sd, cfg, ids):
+    """modeling_bert.py's last_hidden_state in float64, ids [batch, len], token type 0, mask
+    ids != pad: the independent check of transformers' output."""
     ids = np.asarray(ids)
     b, n = ids.shape
     d, h = cfg["hidden_size"], cfg["num_attention_heads"]
@@ -155,25 +191,87 @@ def bert_forward(sd, cfg, ids):
             g(f"encoder.layer.{i}.output.LayerNorm.bias"),
             eps,
         )
-    return x, mask
+    return x
 
 
-def check_with_transformers(out_dir, hidden):
-    """transformers' own BertModel on the saved checkpoint, when torch imports."""
-    try:
-        import torch
-        from transformers import BertModel
-    except Exception as e:  # noqa: BLE001
-        print(f"transformers not importable here ({type(e).__name__}); numpy reference only")
-        return None
-    model = BertModel.from_pretrained(out_dir).eval()
-    ids = torch.tensor(IDS)
+# --- transformers: shared with minilm.py ------------------------------------------------------
+
+
+def versions():
+    """The versions of the reference's libraries, as reference.json records them."""
+    import tokenizers
+    import torch
+    import transformers
+
+    return {
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "tokenizers": tokenizers.__version__,
+    }
+
+
+def load_model(model_dir):
+    """transformers' BertModel from a Hugging Face directory, in eval mode (no dropout)."""
+    from transformers import BertModel
+
+    model = BertModel.from_pretrained(model_dir).eval()
+    return model, model.config._attn_implementation
+
+
+def hf_forward(model, ids, mask):
+    """(last_hidden_state [b, n, d], mean [b, d], cls [b, d], normalised mean [b, d]) of
+    transformers' BertModel, as float64 numpy arrays; pooling as sentence-transformers'."""
+    import torch
+
+    ids = torch.tensor(np.asarray(ids), dtype=torch.long)
+    m = torch.tensor(np.asarray(mask), dtype=torch.long)
     with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=(ids != 0).long()).last_hidden_state
-    diff = float(np.abs(out.numpy().astype(np.float64) - hidden).max())
-    print(f"numpy vs transformers BertModel: max abs {diff:.3e}")
-    assert diff < 1e-5, diff
-    return diff
+        hidden = model(
+            input_ids=ids, attention_mask=m, token_type_ids=torch.zeros_like(ids)
+        ).last_hidden_state
+        mf = m.unsqueeze(-1).to(hidden.dtype)
+        mean = (hidden * mf).sum(1) / torch.clamp(mf.sum(1), min=1e-9)
+        normalized = torch.nn.functional.normalize(mean, p=2, dim=1)
+    f64 = lambda t: t.numpy().astype(np.float64)  # noqa: E731
+    return f64(hidden), f64(mean), f64(hidden[:, 0, :]), f64(normalized)
+
+
+def tokenize(tokenizer_path, texts, max_len):
+    """Hugging Face `tokenizers`' ids and attention masks [len(texts), max_len]: truncated at
+    max_len (special tokens included), padded on the right with the pad id, as engram does."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer_path)
+    pad = tok.padding["pad_id"] if tok.padding else tok.token_to_id("[PAD]")
+    tok.enable_truncation(max_length=max_len)
+    tok.enable_padding(length=max_len, pad_id=pad, pad_token=tok.id_to_token(pad))
+    enc = tok.encode_batch(texts)
+    return [e.ids for e in enc], [e.attention_mask for e in enc]
+
+
+def rows(a, digits=7):
+    return np.round(np.asarray(a), digits).tolist()
+
+
+# --- the tiny checkpoint ------------------------------------------------------------------------
+
+
+def write_tokenizer(path):
+    """tests/data/bert-tiny/tokenizer.json: BERT's uncased WordPiece pipeline over VOCAB."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    vocab = {t: i for i, t in enumerate(VOCAB)}
+    assert len(vocab) == len(VOCAB) <= CONFIG["vocab_size"], len(VOCAB)
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=None)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.save(path)
 
 
 def main():
@@ -185,23 +283,42 @@ def main():
     with open(os.path.join(out, "config.json"), "w") as fh:
         json.dump(CONFIG, fh, indent=2)
         fh.write("\n")
-    hidden, mask = bert_forward(sd, CONFIG, IDS)
-    tf_diff = check_with_transformers(out, hidden)
-    cls = hidden[:, 0, :]
-    mean = (hidden * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+    tok_path = os.path.join(out, "tokenizer.json")
+    write_tokenizer(tok_path)
+
+    model, attn = load_model(out)
+    mask = (np.asarray(IDS) != CONFIG["pad_token_id"]).astype(np.int64)
+    hidden, mean, cls, _ = hf_forward(model, IDS, mask)
+    check = numpy_forward(sd, CONFIG, IDS)
+    numpy_diff = float(np.abs(check - hidden)[mask.astype(bool)].max())
+    print(f"numpy port vs transformers BertModel: max abs {numpy_diff:.3e} (non-pad positions)")
+    assert numpy_diff < 1e-5, numpy_diff
+
+    ids, emask = tokenize(tok_path, EMBED_TEXTS, EMBED_MAX_LEN)
+    _, e_mean, e_cls, e_norm = hf_forward(model, ids, emask)
     ref = {
-        "source": "bench/reference/bert_tiny.py (numpy port of transformers' BertModel)",
-        "transformers_max_abs": tf_diff,
+        "source": "bench/reference/bert_tiny.py (transformers' BertModel)",
+        "versions": versions(),
+        "attn_implementation": attn,
+        "numpy_port_max_abs": numpy_diff,
         "pad_id": 0,
         "samples": [
             {
                 "ids": IDS[s],
-                "last_hidden_state": np.round(hidden[s], 7).tolist(),
-                "cls": np.round(cls[s], 7).tolist(),
-                "mean": np.round(mean[s], 7).tolist(),
+                "last_hidden_state": rows(hidden[s]),
+                "cls": rows(cls[s]),
+                "mean": rows(mean[s]),
             }
             for s in range(len(IDS))
         ],
+        "embed": {
+            "max_len": EMBED_MAX_LEN,
+            "texts": EMBED_TEXTS,
+            "ids": ids,
+            "cls": rows(e_cls),
+            "mean": rows(e_mean),
+            "mean_normalized": rows(e_norm),
+        },
     }
     with open(os.path.join(out, "reference.json"), "w") as fh:
         json.dump(ref, fh)

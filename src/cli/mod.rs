@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod compare;
 pub mod data;
+pub mod embed;
 pub mod eval;
 pub mod export;
 pub mod list;
@@ -75,6 +76,9 @@ commands! {
     Eval(eval::EvalArgs) => eval::eval,
     /// Write a checkpoint's weights for other tools.
     Export(export::ExportArgs) => export::export,
+    /// Sentence embeddings: a Hugging Face BERT directory's pooled outputs for texts, one per
+    /// line, as JSON.
+    Embed(embed::EmbedArgs) => embed::embed,
     /// Continue a killed or interrupted run from its newest valid checkpoint (a `--seeds`
     /// directory: every unfinished seed, then the aggregate).
     Resume(resume::ResumeArgs) => resume::resume,

@@ -420,3 +420,282 @@ fn amp_keeps_token_ids_exact() {
     println!("ids > 2048 under f16: max abs difference {worst:.3e}");
     assert!(worst < 0.05, "{worst}");
 }
+
+// ---- `engram embed` and the equality with transformers (bench/reference/*.py) ----------------
+
+/// A JSON array of numbers (or of arrays of numbers, flattened) as `f64`s.
+fn floats(v: &serde_json::Value) -> Vec<f64> {
+    match v {
+        serde_json::Value::Array(a) => a.iter().flat_map(floats).collect(),
+        other => vec![other.as_f64().unwrap()],
+    }
+}
+
+/// The largest `|a - b|`, after asserting equal lengths.
+fn max_abs(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f64, f64::max)
+}
+
+/// Runs `engram embed DIR --text TEXTS --out OUT extra…` on `texts` (one per line); returns
+/// the written JSON after checking its fields.
+fn embed(dir: &std::path::Path, texts: &[&str], extra: &[&str]) -> serde_json::Value {
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, out) = (tmp.path().join("texts.txt"), tmp.path().join("e.json"));
+    std::fs::write(&file, texts.join("\n") + "\n").unwrap();
+    let mut args = vec!["embed", dir.to_str().unwrap(), "--text"];
+    args.extend([file.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    args.extend(extra);
+    let (code, log) = crate::util::run(&args);
+    assert_eq!(code, 0, "{log}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["texts"].as_u64(), Some(texts.len() as u64));
+    let dim = v["dim"].as_u64().unwrap() as usize;
+    assert_eq!(floats(&v["embeddings"]).len(), texts.len() * dim);
+    v
+}
+
+/// The texts of a reference's `texts`.
+fn texts_of(r: &serde_json::Value) -> Vec<&str> {
+    r["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect()
+}
+
+/// `engram embed` on the tiny checkpoint (and its tokenizer.json) gives transformers' pooled
+/// outputs (bench/reference/bert_tiny.py's `embed`) within 1e-4: cls by default (no
+/// 1_Pooling/config.json), mean when 1_Pooling asks for it, and mean L2-normalised with
+/// `--pooling mean --normalize`; max_len defaults to the position table's 16 (two texts are
+/// truncated), and the ids are Hugging Face tokenizers'.
+#[test]
+fn embed_equals_transformers_on_the_tiny_checkpoint() {
+    let text = std::fs::read_to_string(tiny_dir().join("reference.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let r = &r["embed"];
+    let texts = texts_of(r);
+    let tok =
+        engram::core::data::tokenizer::TextTokenizer::load(&tiny_dir().join("tokenizer.json"), 16)
+            .unwrap();
+    let ids: Vec<f64> = tok
+        .encode(&texts)
+        .unwrap()
+        .iter()
+        .map(|&i| i as f64)
+        .collect();
+    assert_eq!(ids, floats(&r["ids"]));
+
+    let v = embed(&tiny_dir(), &texts, &[]);
+    assert_eq!(
+        (v["pooling"].as_str(), v["max_len"].as_u64()),
+        (Some("cls"), Some(16))
+    );
+    assert_eq!(
+        (v["dim"].as_u64(), v["normalize"].as_bool()),
+        (Some(32), Some(false))
+    );
+    let cls = max_abs(&floats(&v["embeddings"]), &floats(&r["cls"]));
+    let v = embed(&tiny_dir(), &texts, &["--pooling", "mean", "--normalize"]);
+    let normalized = max_abs(&floats(&v["embeddings"]), &floats(&r["mean_normalized"]));
+    // A copy with sentence-transformers' 1_Pooling/config.json asking for mean pooling.
+    let copy = tempfile::tempdir().unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(tiny_dir().join(f), copy.path().join(f)).unwrap();
+    }
+    std::fs::create_dir(copy.path().join("1_Pooling")).unwrap();
+    std::fs::write(
+        copy.path().join("1_Pooling/config.json"),
+        r#"{"pooling_mode_cls_token": false, "pooling_mode_mean_tokens": true}"#,
+    )
+    .unwrap();
+    let v = embed(copy.path(), &texts, &["--max-len", "16"]);
+    assert_eq!(v["pooling"].as_str(), Some("mean"));
+    let mean = max_abs(&floats(&v["embeddings"]), &floats(&r["mean"]));
+    println!(
+        "embed, bert-tiny: max abs cls {cls:.3e}, mean {mean:.3e}, normalised {normalized:.3e}"
+    );
+    for worst in [cls, mean, normalized] {
+        assert!(worst <= 1e-4, "{cls} {mean} {normalized}");
+    }
+}
+
+/// Bad input to `engram embed` is exit code 2 with a message naming the file (and the line),
+/// never a panic: a missing directory, one without model.safetensors, a run directory, an
+/// empty texts file, a missing one, a line that is not UTF-8, a --max-len over the position
+/// table, a pooling engram does not compute, an existing --out without --overwrite.
+#[test]
+fn embed_refuses_bad_input_with_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |name: &str| tmp.path().join(name).to_str().unwrap().to_string();
+    std::fs::write(p("ok.txt"), "one text\n").unwrap();
+    std::fs::write(p("empty.txt"), "").unwrap();
+    std::fs::write(p("latin1.txt"), b"fine\ncaf\xe9 au lait\n").unwrap();
+    std::fs::write(p("exists.json"), "{}").unwrap();
+    let no_weights = tmp.path().join("no-weights");
+    std::fs::create_dir(&no_weights).unwrap();
+    std::fs::copy(
+        tiny_dir().join("config.json"),
+        no_weights.join("config.json"),
+    )
+    .unwrap();
+    let max_pool = tmp.path().join("max-pool");
+    std::fs::create_dir_all(max_pool.join("1_Pooling")).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(tiny_dir().join(f), max_pool.join(f)).unwrap();
+    }
+    std::fs::write(
+        max_pool.join("1_Pooling/config.json"),
+        r#"{"pooling_mode_max_tokens": true}"#,
+    )
+    .unwrap();
+    let run_dir = tmp.path().join("a-run");
+    std::fs::create_dir_all(run_dir.join("checkpoints")).unwrap();
+    let tiny = tiny_dir().to_str().unwrap().to_string();
+    let out = p("out.json");
+    let cases: Vec<(Vec<String>, Vec<String>)> = vec![
+        (
+            vec![p("missing-dir"), p("ok.txt")],
+            vec![p("missing-dir"), "does not exist".into()],
+        ),
+        (
+            vec![no_weights.to_str().unwrap().into(), p("ok.txt")],
+            vec!["no-weights".into(), "no model.safetensors".into()],
+        ),
+        (
+            vec![tiny.clone(), p("empty.txt")],
+            vec![p("empty.txt"), "empty".into()],
+        ),
+        (
+            vec![tiny.clone(), p("latin1.txt")],
+            vec![
+                p("latin1.txt"),
+                "line 2 is not UTF-8".into(),
+                "column 4".into(),
+            ],
+        ),
+        (vec![tiny.clone(), p("missing.txt")], vec![p("missing.txt")]),
+        (
+            vec![run_dir.to_str().unwrap().into(), p("ok.txt")],
+            vec!["a-run".into(), "an engram run".into()],
+        ),
+        (
+            vec![max_pool.to_str().unwrap().into(), p("ok.txt")],
+            vec!["1_Pooling/config.json".into(), "--pooling".into()],
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, log) = crate::util::run(&["embed", &args[0], "--text", &args[1], "--out", &out]);
+        assert_eq!(code, 2, "{args:?}: {log}");
+        assert!(!log.contains("panicked"), "{log}");
+        for w in want {
+            assert!(log.contains(&w), "{args:?}: `{w}` not in {log}");
+        }
+    }
+    let (code, log) = crate::util::run(&[
+        "embed",
+        &tiny,
+        "--text",
+        &p("ok.txt"),
+        "--out",
+        &out,
+        "--max-len",
+        "17",
+    ]);
+    assert_eq!(code, 2, "{log}");
+    assert!(log.contains("--max-len 17") && log.contains("16"), "{log}");
+    let (code, log) = crate::util::run(&[
+        "embed",
+        &tiny,
+        "--text",
+        &p("ok.txt"),
+        "--out",
+        &p("exists.json"),
+    ]);
+    assert_eq!(code, 2, "{log}");
+    assert!(
+        log.contains("exists.json") && log.contains("--overwrite"),
+        "{log}"
+    );
+    assert!(!tmp.path().join("out.json").exists());
+}
+
+/// The real all-MiniLM-L6-v2 equals transformers' BertModel (bench/reference/minilm.py's
+/// tests/data/minilm-reference.json) within 1e-4: its tokenizer's ids at max_len 128, the last
+/// hidden state (the first 16 dimensions of every non-pad token, every token's row norm, and
+/// every value when the reference was written with `--full`), and through `engram embed` the
+/// mean-pooled embeddings, plain and L2-normalised. Needs the model:
+/// `ENGRAM_MINILM=DIR` (config.json, model.safetensors, tokenizer.json, 1_Pooling);
+/// `ENGRAM_MINILM_REFERENCE=FILE` checks another reference file.
+#[test]
+fn minilm_equals_transformers() {
+    let Some(dir) = std::env::var_os("ENGRAM_MINILM").map(PathBuf::from) else {
+        eprintln!("ENGRAM_MINILM unset: MiniLM's equality with transformers is not checked");
+        return;
+    };
+    let file = std::env::var_os("ENGRAM_MINILM_REFERENCE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tiny_dir().with_file_name("minilm-reference.json"));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let texts = texts_of(&r);
+    let tok = engram::core::data::tokenizer::TextTokenizer::load(&dir.join("tokenizer.json"), 128)
+        .unwrap();
+    let ids: Vec<i64> = tok
+        .encode(&texts)
+        .unwrap()
+        .iter()
+        .map(|&i| i64::from(i))
+        .collect();
+    assert_eq!(
+        ids.iter().map(|&i| i as f64).collect::<Vec<_>>(),
+        floats(&r["ids"])
+    );
+    let device = Device::flex();
+    let (model, report) = hf::from_dir(&dir, 2, Pooling::Mean, 0, &device).unwrap();
+    assert_eq!(report.loaded, 5 + 6 * 16);
+    let rows: Vec<Vec<i64>> = ids.chunks(128).map(<[i64]>::to_vec).collect();
+    let (hidden, _) = last_hidden(&model, ids_input(&rows, &device));
+    let got = hidden.into_data().try_to_vec::<f32>().unwrap();
+    let (mut slice, mut norms, mut full) = (Vec::new(), Vec::new(), Vec::new());
+    for (s, n) in floats(&r["lengths"]).iter().enumerate() {
+        for t in 0..*n as usize {
+            let row: Vec<f64> = got[(s * 128 + t) * 384..][..384]
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            slice.extend_from_slice(&row[..16]);
+            norms.push(row.iter().map(|v| v * v).sum::<f64>().sqrt());
+            full.extend(row);
+        }
+    }
+    let slice = max_abs(&slice, &floats(&r["hidden_slice"]));
+    let norms = max_abs(&norms, &floats(&r["row_norms"]));
+    let full = (!r["last_hidden_state"].is_null())
+        .then(|| max_abs(&full, &floats(&r["last_hidden_state"])));
+    let v = embed(&dir, &texts, &["--max-len", "128"]);
+    assert_eq!(
+        (v["pooling"].as_str(), v["dim"].as_u64()),
+        (Some("mean"), Some(384))
+    );
+    let mean = max_abs(&floats(&v["embeddings"]), &floats(&r["mean"]));
+    let v = embed(&dir, &texts, &["--normalize"]);
+    let want: Vec<f64> = floats(&r["mean"])
+        .chunks(384)
+        .zip(floats(&r["mean_norms"]))
+        .flat_map(|(m, n)| m.iter().map(move |x| x / n).collect::<Vec<_>>())
+        .collect();
+    let normalized = max_abs(&floats(&v["embeddings"]), &want);
+    println!(
+        "MiniLM vs transformers: max abs hidden slice {slice:.3e}, row norms {norms:.3e}, \
+         every value {full:?}, embed mean {mean:.3e}, normalised {normalized:.3e}"
+    );
+    for worst in [slice, norms, mean, normalized, full.unwrap_or(0.0)] {
+        assert!(worst <= 1e-4, "{worst}");
+    }
+}
