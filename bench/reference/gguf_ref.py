@@ -13,6 +13,8 @@ transformers' GGUF tokenizer converter.
     Q4_1, F32) the SHA-256 of the dequantised values as little-endian f32 bytes (bitwise
     equality on the whole tensor), their sum, sum of squares and 256 evenly strided values; and
     transformers' ids for real texts (digits, spaces, punctuation, unicode, chat markup).
+Both JSON files also hold the SHA-256 of transformers' whole tokenizer serialised
+(`backend_tokenizer.to_str()`), which engram's rebuilt tokenizer serialises to byte for byte.
 
 Environment: python 3.11, gguf 0.19.0, numpy 2.4.6, transformers 5.25.0, tokenizers 0.23.3
 (`python3 -m venv /tmp/venv-torch && /tmp/venv-torch/bin/pip install torch transformers gguf`).
@@ -149,7 +151,10 @@ def transformers_ids(path, texts):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
-    return [{"text": t, "ids": tok(t)["input_ids"]} for t in texts]
+    ids = [{"text": t, "ids": tok(t)["input_ids"]} for t in texts]
+    # The whole tokenizer: the SHA-256 of its `tokenizer.json` serialisation (compact).
+    sha = hashlib.sha256(tok.backend_tokenizer.to_str().encode("utf-8")).hexdigest()
+    return ids, sha
 
 
 def tiny():
@@ -162,8 +167,9 @@ def tiny():
         assert deq.tolist() == expected[t.name]["values"], t.name
     with tempfile.TemporaryDirectory() as d:
         write_tiny(os.path.join(d, "tiny.gguf"), nested=False)
-        ids = transformers_ids(os.path.join(d, "tiny.gguf"), TEXTS_TINY)
-    out = {"file": "tiny.gguf", "alignment": 64, "tensors": expected, "tokenizer": ids}
+        ids, sha = transformers_ids(os.path.join(d, "tiny.gguf"), TEXTS_TINY)
+    out = {"file": "tiny.gguf", "alignment": 64, "tensors": expected, "tokenizer": ids,
+           "tokenizer_json_sha256": sha}
     with open(os.path.join(OUT, "tiny.json"), "w") as f:
         json.dump(out, f, indent=1)
     print("tiny.gguf", os.path.getsize(path), "bytes")
@@ -190,8 +196,9 @@ def smollm2(path):
             "stride": stride,
             "strided": [float(v) for v in deq[::stride][:256]],
         }
-    ids = transformers_ids(path, TEXTS_REAL)
-    out = {"file": os.path.basename(path), "tensors": tensors, "tokenizer": ids}
+    ids, sha = transformers_ids(path, TEXTS_REAL)
+    out = {"file": os.path.basename(path), "tensors": tensors, "tokenizer": ids,
+           "tokenizer_json_sha256": sha}
     with open(os.path.join(OUT, "smollm2.json"), "w") as f:
         json.dump(out, f, indent=1)
     print("smollm2.json written")

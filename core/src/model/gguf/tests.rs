@@ -115,6 +115,7 @@ fn tiny_tokenizer_equals_transformers() {
     assert!(!t.add_bos && !t.add_eos);
     assert_eq!(t.pre.as_deref(), Some("smollm"));
     let r = reference("tiny.json");
+    assert_same_tokenizer(&t.tokenizer, &r);
     for case in r["tokenizer"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
         let want: Vec<u32> = case["ids"]
@@ -128,6 +129,22 @@ fn tiny_tokenizer_equals_transformers() {
         let back = t.tokenizer.decode(got.get_ids(), false).unwrap();
         assert_eq!(back, text, "decode of {text:?}");
     }
+}
+
+/// The tokenizer serialises (`tokenizer.json`, compact) byte for byte as transformers' does:
+/// the same model, vocabulary, merges, pre-tokenizer, decoder, post-processor and added tokens.
+fn assert_same_tokenizer(t: &tokenizers::Tokenizer, reference: &serde_json::Value) {
+    use sha2::Digest as _;
+    let json = t.to_string(false).unwrap();
+    let sha: String = sha2::Sha256::digest(json.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        sha,
+        reference["tokenizer_json_sha256"].as_str().unwrap(),
+        "the tokenizer serialises unlike transformers' (tokenizers 0.23.3)"
+    );
 }
 
 /// The error's reason when `result` is a [`Error::DataFile`] naming `path`; panics otherwise.
@@ -390,6 +407,7 @@ fn smollm2_equals_gguf_and_transformers() {
         t.elapsed().as_secs_f64()
     );
     assert_eq!(tok.vocab_size, 49152);
+    assert_same_tokenizer(&tok.tokenizer, &r);
     assert_eq!(
         (tok.bos_id, tok.eos_id, tok.pad_id),
         (Some(1), Some(2), Some(2))

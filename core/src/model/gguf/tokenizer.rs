@@ -175,8 +175,12 @@ impl GgufFile {
                 )),
             })
             .collect::<Result<Vec<_>>>()?;
+        // The empty prefix and suffix change nothing; they are set as transformers sets them,
+        // so that both serialise to the same `tokenizer.json`.
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
+            .continuing_subword_prefix(String::new())
+            .end_of_word_suffix(String::new())
             .build()
             .map_err(|e| bad(&self.path, format!("tokenizer: {e}")))?;
         let mut tokenizer = Tokenizer::new(bpe);
