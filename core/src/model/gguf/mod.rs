@@ -24,7 +24,8 @@
 //! [`MAX_ARRAY_DEPTH`], more metadata array elements than [`MAX_METADATA_ELEMENTS`], an
 //! unknown value or ggml type, a tensor whose data lies beyond the end of the file, a rank
 //! above 4, a misaligned offset, a repeated tensor name. No length field is trusted for an
-//! allocation before it is checked against the bytes the file has left; nothing panics.
+//! allocation before it is checked against the bytes the file has left (and no list reserves
+//! more than 65,536 items ahead of those it has read); nothing panics.
 
 mod dequant;
 mod read;

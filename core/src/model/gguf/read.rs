@@ -27,6 +27,14 @@ pub(super) struct Parsed {
     pub data_offset: u64,
 }
 
+/// The most items reserved ahead from a count in the file: lists grow past it only as their
+/// items are read, so memory follows the bytes actually read, not what a count claims.
+const RESERVE_MAX: u64 = 1 << 16;
+
+fn reserve(n: u64) -> usize {
+    n.min(RESERVE_MAX) as usize
+}
+
 /// A little-endian reader that knows its position and the file's length.
 struct Reader<'a> {
     inner: BufReader<&'a std::fs::File>,
@@ -190,7 +198,7 @@ impl<'a> Reader<'a> {
                 ),
             ));
         }
-        let mut items = Vec::with_capacity(n as usize);
+        let mut items = Vec::with_capacity(reserve(n));
         for _ in 0..n {
             items.push(self.value(elem, key, depth)?);
         }
@@ -257,7 +265,7 @@ pub(super) fn parse(path: &Path, file: &std::fs::File, len: u64) -> Result<Parse
     // A tensor entry takes at least 24 bytes (empty name, rank 0), a metadata entry 12.
     let tensor_count = r.count("the tensor count", 24)?;
     let kv_count = r.count("the metadata count", 12)?;
-    let mut metadata = Vec::with_capacity(kv_count as usize);
+    let mut metadata = Vec::with_capacity(reserve(kv_count));
     let mut keys = HashSet::new();
     for i in 0..kv_count {
         let at = r.pos;
@@ -273,9 +281,9 @@ pub(super) fn parse(path: &Path, file: &std::fs::File, len: u64) -> Result<Parse
         metadata.push((key, value));
     }
     let alignment = alignment(path, &metadata)?;
-    let mut tensors = Vec::with_capacity(tensor_count as usize);
+    let mut tensors = Vec::with_capacity(reserve(tensor_count));
     let mut names = HashSet::new();
-    let mut positions = Vec::with_capacity(tensor_count as usize);
+    let mut positions = Vec::with_capacity(reserve(tensor_count));
     for i in 0..tensor_count {
         let (info, at) = r.tensor_info(i)?;
         if !names.insert(info.name.clone()) {
