@@ -651,3 +651,47 @@ mod bert_tests {
         super::tests::assert_checkpointed_equals_plain(&m, &b, &CE);
     }
 }
+
+#[cfg(test)]
+mod llama_tests {
+    use super::*;
+    use engram_core::burn::tensor::{Device, Int, TensorData};
+    use engram_core::data::stream::{Batch, SampleRef};
+    use engram_core::model::llama::{LlamaShape, build_llama};
+
+    const CE: crate::test_util::CeL2 = crate::test_util::CeL2(0.0);
+
+    /// A tied Llama (one block per decoder layer, the head sharing the embedding parameter)
+    /// under segment checkpointing: the tied parameter's gradient, summed over the segments that
+    /// use it, and every other gradient equal a plain step's.
+    #[test]
+    fn tied_llama_checkpointed_gradients_equal_plain() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let d = Device::flex().autodiff();
+        let mut r = engram_core::rng::stream(2, "init", 0, 0);
+        let shape = LlamaShape {
+            layers: 3,
+            hidden: 16,
+            heads: 4,
+            kv_heads: 2,
+            ffn: 24,
+            vocab: 12,
+            rope_base: 1e4,
+            rms_eps: 1e-5,
+            tied: true,
+        };
+        let m = build_llama(&shape, &mut r, &d);
+        assert_eq!(m.num_blocks(), 5);
+        let x: Vec<f32> = (0..24).map(|i| ((i * 5 + 1) % 12) as f32).collect();
+        // The loss reads the flattened per-token logits [4, 6 · 12] as one row each.
+        let b = Batch {
+            x: Tensor::<2>::from_data(TensorData::new(x, [4, 6]), &d).into(),
+            y: Tensor::<1, Int>::from_data(TensorData::new(vec![3i64, 20, 41, 70], [4]), &d),
+            weights: None,
+            logit_mask: None,
+            refs: (0..4).map(|i| SampleRef { task: 0, index: i }).collect(),
+            new_samples: 4,
+        };
+        super::tests::assert_checkpointed_equals_plain(&m, &b, &CE);
+    }
+}

@@ -320,7 +320,10 @@ fn init_dir_gives_the_geometry_and_the_weights() {
     let err = engram::core::train::trainer::load_init(&cfg, mlp)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("only type = \"bert\" reads"), "{err}");
+    assert!(
+        err.contains("only type = \"bert\" and type = \"llama\" read"),
+        "{err}"
+    );
 }
 
 /// Under mixed precision (`compute_view(f16)`) every layer norm of the encoder stays `f32`

@@ -15,6 +15,7 @@ mod e2e;
 mod fetch;
 mod formats;
 mod fuzz;
+mod llama;
 mod memory;
 mod new_plugin;
 mod newcomer;

@@ -36,6 +36,7 @@ pub mod bridge;
 pub mod cnn;
 pub mod gguf;
 pub mod init;
+pub mod llama;
 pub mod mlp;
 pub mod params;
 pub mod vit;
@@ -52,6 +53,7 @@ pub const BUILTINS: &[crate::component::Registration] = &[
     cnn::REGISTRATION,
     vit::REGISTRATION,
     bert::REGISTRATION,
+    llama::REGISTRATION,
 ];
 
 /// What a model factory knows when it builds the model.
@@ -176,6 +178,42 @@ impl Model {
         self.forward_range(0..self.blocks.len(), x, ctx).into_flat()
     }
 
+    /// Runs every block of a language model (a [`llama`] decoder): token ids `[batch, len]`
+    /// to per-token logits `[batch, len, num_classes]` (`num_classes` is the vocabulary).
+    ///
+    /// # Errors
+    /// [`crate::Error::Other`] when the last block gives no token sequence (a classifier, whose
+    /// logits [`Model::forward`] returns).
+    pub fn forward_tokens(&self, x: Activation, ctx: &ForwardCtx) -> crate::Result<Tensor<3>> {
+        match self.forward_range(0..self.blocks.len(), x, ctx) {
+            Activation::Seq(t) | Activation::Tokens { hidden: t, .. } => Ok(t),
+            other => Err(crate::Error::Other(format!(
+                "forward_tokens: the model's last block gives {}, not per-token logits [batch, len, vocab]",
+                match other {
+                    Activation::Flat(_) => "flat logits [batch, classes]",
+                    Activation::Image(_) => "images",
+                    _ => "token ids",
+                }
+            ))),
+        }
+    }
+
+    /// Makes every parameter that appears in several blocks under one [`ParamId`] (tied
+    /// weights: a Llama's output head and its embedding table) one tensor again, the value of
+    /// its first occurrence in module order.
+    ///
+    /// Burn has no tied parameters: a mapper (an optimiser step, a device move, a load) maps
+    /// each occurrence separately, and burn-optim updates only the first one (it removes the
+    /// gradient when it uses it). Called after every such map, this keeps the occurrences one
+    /// parameter: the graph then sums both uses' gradients into it, and [`Model::params`] lists
+    /// it once. A model without shared ids is returned as it is.
+    fn retie(self) -> Self {
+        Self {
+            blocks: params::retie(self.blocks),
+            ..self
+        }
+    }
+
     /// Runs blocks `range` only (segment execution).
     pub fn forward_range(
         &self,
@@ -208,7 +246,8 @@ impl Model {
         x
     }
 
-    /// Every float parameter with its path, id and shape, in module order.
+    /// Every float parameter with its path, id and shape, in module order; a parameter held by
+    /// several blocks (tied weights, one [`ParamId`]) is listed once, at its first path.
     pub fn params(&self) -> Vec<ParamInfo> {
         let mut v = PathVisitor::new(|path, id, shape, _t| {
             Some(ParamInfo {
@@ -243,6 +282,7 @@ impl Model {
     pub fn flat_grads(&self, grads: &GradientsParams) -> Vec<(ParamInfo, Tensor<1>)> {
         let mut v = GradVisitor {
             path: Vec::new(),
+            seen: Default::default(),
             grads,
             out: Vec::new(),
         };
@@ -312,13 +352,14 @@ impl Model {
 
     /// The dtype a step gives the model's input in when it computes in `compute` (mixed
     /// precision): `compute` itself, except for a model whose first block reads token ids
-    /// (BERT's [`bert::Embeddings`]), whose input stays `f32` (`None`): `f16` holds integers
+    /// (BERT's [`bert::Embeddings`], Llama's [`llama::TokenEmbedding`]), whose input stays `f32`
+    /// (`None`): `f16` holds integers
     /// exactly only up to 2048 and `bf16` up to 256, below any real vocabulary.
     pub fn input_dtype(&self, compute: Option<DType>) -> Option<DType> {
-        let ids = self
-            .blocks
-            .first()
-            .is_some_and(|b| b.downcast_ref::<bert::Embeddings>().is_some());
+        let ids = self.blocks.first().is_some_and(|b| {
+            b.downcast_ref::<bert::Embeddings>().is_some()
+                || b.downcast_ref::<llama::TokenEmbedding>().is_some()
+        });
         if ids { None } else { compute }
     }
 
@@ -401,6 +442,7 @@ impl Module for Model {
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
         }
+        .retie()
     }
     fn to_device(self, device: &Device) -> Self {
         Self {
@@ -408,6 +450,7 @@ impl Module for Model {
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
         }
+        .retie()
     }
     fn train(self) -> Self {
         Self {
@@ -415,6 +458,7 @@ impl Module for Model {
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
         }
+        .retie()
     }
     fn valid(&self) -> Self {
         Self {
@@ -422,6 +466,7 @@ impl Module for Model {
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
         }
+        .retie()
     }
     fn materialize(self) -> Self {
         Self {
@@ -429,6 +474,7 @@ impl Module for Model {
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
         }
+        .retie()
     }
     fn visit<V: ModuleVisitor>(&self, visitor: &mut V) {
         visitor.enter_module("blocks", "Model");
@@ -444,6 +490,7 @@ impl Module for Model {
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
         }
+        .retie()
     }
 }
 

@@ -1,7 +1,8 @@
 //! A model's parameters by path: [`ParamInfo`], the visitors that list values and gradients
 //! with their dotted paths, and [`unflatten_grads`], their inverse.
 
-use super::Model;
+use super::{DynBlock, Model};
+use burn::module::ModuleMapper;
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
@@ -27,8 +28,11 @@ impl ParamInfo {
 type PathFn<'a, T> = dyn FnMut(&str, ParamId, &[usize], Tensor<1>) -> Option<T> + 'a;
 
 /// Visits float parameters with their dotted path; `f` gets the value flattened.
+/// A parameter held by several blocks (tied weights: one id) is visited once, at its first
+/// path.
 pub(super) struct PathVisitor<'a, T> {
     path: Vec<String>,
+    seen: std::collections::HashSet<ParamId>,
     f: Box<PathFn<'a, T>>,
     pub(super) out: Vec<T>,
 }
@@ -37,6 +41,7 @@ impl<'a, T> PathVisitor<'a, T> {
     pub(super) fn new(f: impl FnMut(&str, ParamId, &[usize], Tensor<1>) -> Option<T> + 'a) -> Self {
         Self {
             path: Vec::new(),
+            seen: Default::default(),
             f: Box::new(f),
             out: Vec::new(),
         }
@@ -51,6 +56,9 @@ impl<T> ModuleVisitor for PathVisitor<'_, T> {
         self.path.pop();
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if !self.seen.insert(param.id) {
+            return;
+        }
         let value = param.val();
         let shape = value.dims().to_vec();
         let n = shape.iter().product::<usize>();
@@ -61,8 +69,10 @@ impl<T> ModuleVisitor for PathVisitor<'_, T> {
     }
 }
 
+/// Like [`PathVisitor`], a tied parameter's gradient is listed once.
 pub(super) struct GradVisitor<'a> {
     pub(super) path: Vec<String>,
+    pub(super) seen: std::collections::HashSet<ParamId>,
     pub(super) grads: &'a GradientsParams,
     pub(super) out: Vec<(ParamInfo, Tensor<1>)>,
 }
@@ -75,6 +85,9 @@ impl ModuleVisitor for GradVisitor<'_> {
         self.path.pop();
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if !self.seen.insert(param.id) {
+            return;
+        }
         if let Some(g) = self.grads.get::<D>(param.id) {
             let shape = g.dims().to_vec();
             let n = shape.iter().product::<usize>();
@@ -111,4 +124,37 @@ pub fn unflatten_grads(model: &Model, flat: Vec<(ParamId, Tensor<1>)>) -> Gradie
     };
     model.visit(&mut v);
     v.out
+}
+
+/// `blocks` with every parameter that appears under one [`ParamId`] in several places (tied
+/// weights) made one tensor again, the value of its first occurrence in module order (see
+/// `Model::retie`); returned as they are when no id repeats.
+pub(super) fn retie(blocks: Vec<DynBlock>) -> Vec<DynBlock> {
+    struct Ids(std::collections::HashSet<ParamId>, bool);
+    impl ModuleVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.1 |= !self.0.insert(param.id);
+        }
+    }
+    let mut ids = Ids(Default::default(), false);
+    blocks.visit(&mut ids);
+    if !ids.1 {
+        return blocks;
+    }
+    struct Retie(std::collections::HashMap<ParamId, Box<dyn std::any::Any>>);
+    impl ModuleMapper for Retie {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            match self.0.get(&param.id) {
+                Some(first) => first
+                    .downcast_ref::<Param<Tensor<D>>>()
+                    .cloned()
+                    .unwrap_or(param),
+                None => {
+                    self.0.insert(param.id, Box::new(param.clone()));
+                    param
+                }
+            }
+        }
+    }
+    blocks.map(&mut Retie(Default::default()))
 }

@@ -200,9 +200,9 @@ pub fn load_init(
 }
 
 /// `[model] init = DIR` where DIR is a Hugging Face checkpoint (`config.json` +
-/// `model.safetensors`): only `type = "bert"` reads one (its factory took the geometry from
-/// the same `config.json`), in PyTorch layout with the renames of
-/// [`crate::model::bert::hf::remap`].
+/// `model.safetensors`): only `type = "bert"` and `type = "llama"` read one (their factories
+/// took the geometry from the same `config.json`), in PyTorch layout with the renames of
+/// [`crate::model::bert::hf::remap`] / [`crate::model::llama::hf::remap`].
 ///
 /// # Errors
 /// A positioned [`Error::Config`] at `init` for another model type or weights that do not fit,
@@ -213,20 +213,25 @@ fn load_hf_dir(
     dir: &std::path::Path,
 ) -> Result<(Model, Option<crate::model::init::InitReport>)> {
     let m = &cfg.config.model;
-    let is_bert = model
-        .blocks()
-        .first()
+    let first = model.blocks().first();
+    let is_bert = first
         .and_then(|b| b.downcast_ref::<crate::model::bert::Embeddings>())
         .is_some();
-    if !is_bert {
+    let is_llama = first
+        .and_then(|b| b.downcast_ref::<crate::model::llama::TokenEmbedding>())
+        .is_some();
+    if !is_bert && !is_llama {
         return Err(cfg.error_at(
             "model",
             "init",
             format!(
-                "{} is a Hugging Face checkpoint directory, which only type = \"bert\" reads",
+                "{} is a Hugging Face checkpoint directory, which only type = \"bert\" and type = \"llama\" read",
                 dir.display()
             ),
-            Some("name a safetensors file for this model, or use type = \"bert\"".into()),
+            Some(
+                "name a safetensors file for this model, or use type = \"bert\" / \"llama\""
+                    .into(),
+            ),
         ));
     }
     if !m.init_remap.is_empty() {
@@ -238,9 +243,13 @@ fn load_hf_dir(
         ));
     }
     let layers = model.num_blocks().saturating_sub(2);
-    crate::model::bert::hf::load_dir(model, dir, layers)
-        .map(|(model, r)| (model, Some(r)))
-        .map_err(|e| cfg.error_at("model", e.key, e.error.to_string(), None))
+    if is_llama {
+        crate::model::llama::hf::load_dir(model, dir, layers)
+    } else {
+        crate::model::bert::hf::load_dir(model, dir, layers)
+    }
+    .map(|(model, r)| (model, Some(r)))
+    .map_err(|e| cfg.error_at("model", e.key, e.error.to_string(), None))
 }
 
 impl Prepared {
