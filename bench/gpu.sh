@@ -11,7 +11,8 @@
 # run unpacks the bundle (or uses the directory it is in), probes the device (default cuda;
 # without one it falls back to the CPU and says so), and runs, each step under a time limit and
 # all of them in under 10 minutes: the device probe, `bench throughput` (engram and the plain
-# PyTorch loop of the same model, when torch imports), `bench memory` (ViT and MLP), the main job
+# PyTorch loop of the same model, when torch imports), `bench memory` (ViT, MLP, and the
+# BERT-large geometry with random init: no weights travel), the main job
 # (Split-FMNIST), the checkpoint+AMP example, and bench/gpu-path.sh (the GPU code path's checks).
 # Every figure lands in one JSON file, DIR/gpu-figures.json, with each step's exit status.
 set -uo pipefail
@@ -113,14 +114,16 @@ run() {
     dev=cpu
   fi
   # On the CPU fallback the same steps run at a smaller size, so that they fit the budget.
-  local vit=() mlp=(--batch 1024) sub=1500
-  [ "$dev" = cpu ] && vit=(--batch 32 --steps 2) mlp=(--batch 256 --steps 2) sub=300
+  local vit=() mlp=(--batch 1024) bert=(--batch 8 --seq-len 128 --steps 3) sub=1500
+  [ "$dev" = cpu ] && vit=(--batch 32 --steps 2) mlp=(--batch 256 --steps 2) sub=300 \
+    bert=(--batch 2 --seq-len 32 --steps 1 --rows standard,checkpoint)
   step throughput 120 "$E" bench throughput --device "$dev" --json "$out/throughput.json" --python "${py:-false}" $([ "$dev" = cuda ] && echo --threads none)
   if [ "$dev" = cuda ] && [ -n "$py" ]; then
     step torch-cuda 90 sh -c "$py '$root/bench/throughput_torch.py' --device cuda >'$out/torch-cuda.json'"
   fi
   step memory-vit 150 "$E" bench memory --device "$dev" --model vit "${vit[@]}" --json "$out/memory-vit.json"
   step memory-mlp 90 "$E" bench memory --device "$dev" --model mlp "${mlp[@]}" --json "$out/memory-mlp.json"
+  step memory-bert-large 150 "$E" bench memory --device "$dev" --model bert --preset large --every 4 "${bert[@]}" --json "$out/memory-bert-large.json"
   step main-job 120 "$E" run "$root/examples/split-fmnist.toml" --device "$dev" --out "$out/split-fmnist" -q --overwrite
   step checkpoint-amp 150 "$E" run "$root/examples/vit-split-fmnist-memory.toml" --device "$dev" --out "$out/vit-memory" -q --overwrite --set data.subsample=$sub
   step gpu-path 120 bash "$root/bench/gpu-path.sh" --bin "$E" --device "$dev" --out "$out/gpu-path"
@@ -141,6 +144,7 @@ fig = {
     "steps": [json.loads(l) for l in open(os.path.join(out, "steps.jsonl"))],
     "throughput": load("throughput.json"), "torch_cuda": load("torch-cuda.json"),
     "memory_vit": load("memory-vit.json"), "memory_mlp": load("memory-mlp.json"),
+    "memory_bert_large": load("memory-bert-large.json"),
     "main_job": report("split-fmnist"), "checkpoint_amp": report("vit-memory"),
     "gpu_path": load("gpu-path/gpu-path.json"),
 }

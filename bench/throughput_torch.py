@@ -3,11 +3,12 @@
 Same model (MLP 784-400-400-10, ReLU), optimiser (SGD lr 0.05, momentum 0.9), batch size and
 synthetic data; each step slices a batch from a host tensor, moves it to the device, runs
 forward, cross-entropy, backward and the optimiser step. Prints one JSON line:
-{"train_samples_per_s": ..., ...}. `engram bench throughput` runs it (embedded in the binary, on
+{"train_samples_per_s": ..., "peak_rss_bytes": ..., ...}. `engram bench throughput` runs it (embedded in the binary, on
 standard input) with `--threads N` for each thread count it compares, and `--device cuda` on a GPU.
 """
 import argparse
 import json
+import resource
 import time
 
 import torch
@@ -53,6 +54,7 @@ def main():
     print(json.dumps({
         "train_samples_per_s": a.steps * a.batch / secs,
         "step_seconds": secs / a.steps,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "device": str(dev),

@@ -1,6 +1,7 @@
-//! The PyTorch twin of [`throughput`](super::throughput): `bench/throughput_torch.py`, the
-//! identical MLP training loop in plain PyTorch, run in a Python subprocess for comparison.
-//! The script is embedded, so that an installed or bundled binary carries it.
+//! The PyTorch twins of [`throughput`](super::throughput): `bench/throughput_torch.py`, the
+//! identical MLP training loop in plain PyTorch, and `bench/throughput_bert_torch.py`, the BERT
+//! loop in Hugging Face `transformers`, run in a Python subprocess for comparison.
+//! The scripts are embedded, so that an installed or bundled binary carries them.
 
 /// The script (`bench/throughput_torch.py`): reads its options from the command line and
 /// prints one JSON object (`train_samples_per_s`, `step_seconds`, `torch`, …).
@@ -19,12 +20,7 @@ pub fn run(
     device: &str,
 ) -> Option<serde_json::Value> {
     use std::io::Write as _;
-    // PyTorch names CUDA devices as engram does (`cuda`, `cuda:1`); anything else is the CPU.
-    let device = match engram_core::device::parse(device) {
-        Ok(("cuda", Some(i))) => format!("cuda:{i}"),
-        Ok(("cuda", None)) => "cuda".to_string(),
-        _ => "cpu".to_string(),
-    };
+    let device = torch_device(device);
     let mut child = std::process::Command::new(python)
         .arg("-")
         .args(["--batch", &batch.to_string(), "--steps", &steps.to_string()])
@@ -40,4 +36,94 @@ pub fn run(
         .success()
         .then(|| serde_json::from_slice(&out.stdout).ok())
         .flatten()
+}
+
+/// The script (`bench/throughput_bert_torch.py`): the BERT loop in Hugging Face `transformers`,
+/// printing one JSON object (`train_samples_per_s`, `peak_rss_bytes`, `torch`,
+/// `transformers`, …).
+pub const BERT_SCRIPT: &str = include_str!("../../bench/throughput_bert_torch.py");
+
+/// The options of the BERT twin: the model, batch, sequence length, steps, optimiser and
+/// threads of the engram run it is compared with.
+pub struct BertTwin<'a> {
+    /// The BERT benchmark model ([`super::BenchModel::Bert`]); other models have no twin.
+    pub model: &'a super::BenchModel,
+    /// Batch size (sequences).
+    pub batch: usize,
+    /// Measured steps.
+    pub steps: usize,
+    /// Unmeasured steps before them.
+    pub warmup: usize,
+    /// The optimiser, at the same learning rate as engram's ([`super::BenchOptimizer::lr`]).
+    pub optimizer: super::BenchOptimizer,
+    /// Intra-op threads (`torch.set_num_threads`).
+    pub threads: usize,
+    /// engram's device name (`cuda`, `cuda:N`: the same GPU; anything else: the CPU).
+    pub device: &'a str,
+}
+
+/// Runs [`BERT_SCRIPT`] with the interpreter `python` for `twin`; `None` when the model is not
+/// BERT or PyTorch cannot run (no interpreter, torch or transformers not importable, a failed
+/// run, output that is not JSON).
+pub fn run_bert(python: &str, twin: &BertTwin) -> Option<serde_json::Value> {
+    use std::io::Write as _;
+    let super::BenchModel::Bert {
+        shape,
+        init,
+        seq_len,
+    } = twin.model
+    else {
+        return None;
+    };
+    let mut cmd = std::process::Command::new(python);
+    cmd.arg("-");
+    match init {
+        Some(dir) => cmd.arg("--init").arg(dir),
+        None => cmd.args([
+            "--layers",
+            &shape.layers.to_string(),
+            "--hidden",
+            &shape.hidden.to_string(),
+            "--heads",
+            &shape.heads.to_string(),
+            "--ffn",
+            &shape.ffn.to_string(),
+            "--vocab",
+            &shape.vocab.to_string(),
+        ]),
+    };
+    let n = |v: usize| v.to_string();
+    cmd.args(["--batch", &n(twin.batch), "--seq-len", &n(*seq_len)])
+        .args(["--steps", &n(twin.steps), "--warmup", &n(twin.warmup)])
+        .args(["--optimizer", twin.optimizer.name()])
+        .args(["--lr", &twin.optimizer.lr(twin.model).to_string()])
+        .args(["--classes", &n(super::model::BERT_CLASSES)])
+        .args([
+            "--threads",
+            &n(twin.threads),
+            "--device",
+            &torch_device(twin.device),
+        ]);
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    child.stdin.take()?.write_all(BERT_SCRIPT.as_bytes()).ok()?;
+    let out = child.wait_with_output().ok()?;
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+/// PyTorch's name of engram's device `name`: `cuda` and `cuda:N` as they are (PyTorch names
+/// CUDA devices as engram does), anything else the CPU.
+fn torch_device(name: &str) -> String {
+    match engram_core::device::parse(name) {
+        Ok(("cuda", Some(i))) => format!("cuda:{i}"),
+        Ok(("cuda", None)) => "cuda".to_string(),
+        _ => "cpu".to_string(),
+    }
 }

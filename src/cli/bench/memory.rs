@@ -1,0 +1,159 @@
+//! `engram bench memory`: the memory strategies' peak memory and step time on one model.
+
+use super::vocab::{Bench, ModelArgs};
+use crate::cli::device_help;
+use clap::Args;
+use engram::bench::memory::{FORWARD_ROWS, STEP_ROWS, claim};
+use engram::bench::{BenchModel, MemoryOptions};
+use engram::core::{Error, Result};
+use engram::strategies::amp::Precision;
+use std::path::PathBuf;
+
+/// `engram bench memory`'s arguments.
+#[derive(Args, Clone, Debug)]
+pub struct MemoryArgs {
+    /// The model (the benchmarks' vocabulary).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The rows, comma-separated: `standard`, `checkpoint`, `amp`, `both` (= `checkpoint+amp`),
+    /// `op-level`, `checkpoint+op-level`, `forward` (a forward pass with and without its graph).
+    /// `standard` is always measured (every ratio's reference) [default: all; bert: standard,
+    /// checkpoint, amp, both].
+    #[arg(long)]
+    pub rows: Option<String>,
+    /// Blocks per checkpoint segment (the checkpoint strategy's `interval`) [default: about
+    /// √blocks].
+    #[arg(long, visible_alias = "interval")]
+    pub every: Option<usize>,
+    /// Measured steps per row [default: 5; bert: 2].
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Unmeasured steps before each row's [default: 2; bert: 1].
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Write the rows as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Compute dtype of the `amp` rows: `f16` or `bf16`.
+    #[arg(long, default_value = "f16")]
+    pub dtype: String,
+    #[arg(long, default_value = "cpu", help = device_help("The device", ""))]
+    pub device: String,
+}
+
+/// The rows of `--rows` (names of [`STEP_ROWS`] and [`FORWARD_ROWS`]; `both` is
+/// `checkpoint+amp`), or the model's defaults.
+fn rows(spec: Option<&str>, model: &BenchModel) -> Result<Vec<String>> {
+    let Some(spec) = spec else {
+        return Ok(match model {
+            BenchModel::Bert { .. } => STEP_ROWS[..4].iter().map(|s| s.to_string()).collect(),
+            _ => STEP_ROWS
+                .iter()
+                .chain(&[FORWARD_ROWS])
+                .map(|s| s.to_string())
+                .collect(),
+        });
+    };
+    spec.split(',')
+        .map(|r| match r.trim() {
+            "both" => Ok("checkpoint+amp".to_string()),
+            r if STEP_ROWS.contains(&r) || r == FORWARD_ROWS => Ok(r.to_string()),
+            other => Err(Error::Usage(format!(
+                "bench memory: unknown row `{other}` in --rows (available: standard, checkpoint, amp, both, op-level, checkpoint+op-level, forward)"
+            ))),
+        })
+        .collect()
+}
+
+/// `engram bench memory`: measures, prints the table (with the write-up's claims beside the
+/// rows it makes one for) and writes `--json`.
+pub fn memory(a: &MemoryArgs) -> Result<()> {
+    let r = a.model.resolve(Bench::Memory)?;
+    let bert = matches!(r.model, BenchModel::Bert { .. });
+    let steps = a.steps.unwrap_or(if bert { 2 } else { 5 });
+    for (flag, v) in [("--steps", Some(steps)), ("--every", a.every)] {
+        if v == Some(0) {
+            return Err(Error::Usage(format!(
+                "bench memory: {flag} must be at least 1"
+            )));
+        }
+    }
+    let amp = match a.dtype.as_str() {
+        "f16" => Precision::F16,
+        "bf16" => Precision::Bf16,
+        other => {
+            return Err(Error::Usage(format!(
+                "bench memory: unknown dtype `{other}` (available: f16, bf16)"
+            )));
+        }
+    };
+    let opt = MemoryOptions {
+        rows: rows(a.rows.as_deref(), &r.model)?,
+        every: a.every,
+        amp,
+        steps,
+        warmup: a.warmup.unwrap_or(if bert { 1 } else { 2 }),
+    };
+    let device = engram::core::device::select(&a.device)?;
+    let report = engram::bench::memory(&device, &r.model, r.batch, &opt)?;
+    let what = if device.memory_pool_usage().is_some() {
+        "the pool's reserved bytes; peak = growth over the step from a cleaned-up pool"
+    } else {
+        "CPU heap (counting allocator); peak = bytes above the step's start"
+    };
+    println!(
+        "{}, batch {}, device {}: {what}",
+        r.model.describe(),
+        r.batch,
+        a.device
+    );
+    println!(
+        "{} parameters ({:.1} MiB in f32); checkpoint segments of {} block(s) of {}; {} measured step(s) a row after {} warm-up",
+        if report.params >= 1_000_000 {
+            format!("{:.1}M", report.params as f64 / 1e6)
+        } else {
+            report.params.to_string()
+        },
+        report.params as f64 * 4.0 / 1048576.0,
+        report.every,
+        report.blocks,
+        opt.steps,
+        opt.warmup
+    );
+    println!(
+        "{:<20} {:>12} {:>10} {:>8} {:>8}   write-up (BERT-large, GPU)",
+        "training step", "peak MiB", "step ms", "peak ×", "time ×"
+    );
+    for row in &report.rows {
+        if row.name == "forward_tracked" {
+            println!("forward pass (ratios to forward_tracked):");
+        }
+        println!(
+            "{:<20} {:>12.1} {:>10.1} {:>8.2} {:>8.2}   {}",
+            row.name,
+            row.peak_bytes as f64 / 1048576.0,
+            row.step_seconds * 1e3,
+            row.peak_ratio,
+            row.time_ratio,
+            claim(&row.name).unwrap_or_default()
+        );
+    }
+    if let Some(path) = &a.json {
+        let v = serde_json::json!({
+            "model": r.model.describe(),
+            "batch": r.batch,
+            "device": a.device,
+            "dtype": a.dtype,
+            "steps": opt.steps,
+            "warmup": opt.warmup,
+            "every": report.every,
+            "blocks": report.blocks,
+            "params": report.params,
+            "rows": report.rows,
+            "claims": engram::bench::memory::CLAIMS.iter().map(|(n, p, t)| serde_json::json!({"row": n, "peak_ratio": p, "time_ratio": t})).collect::<Vec<_>>(),
+        });
+        let bytes = serde_json::to_vec_pretty(&v).map_err(|e| Error::Other(e.to_string()))?;
+        engram::core::fsutil::write_atomic(path, &bytes)?;
+    }
+    Ok(())
+}
