@@ -97,7 +97,32 @@ pub fn run_table(r: &Report) -> String {
         r.memory.source,
     );
     s.push_str(&step_memory_line(&r.memory));
+    s.push_str(&stored_line(&r.memory));
     s
+}
+
+/// The samples each strategy stores (`memory.stored`), one line, empty when none does: for
+/// example `stored samples: replay 4 × 48 B of token ids (uint32) + 32 B of logits = 224 B`.
+pub fn stored_line(m: &MemoryReport) -> String {
+    if m.stored.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = m
+        .stored
+        .iter()
+        .map(|(name, s)| {
+            let logits = if s.logit_bytes > 0 {
+                format!(" + {} B of logits", s.logit_bytes)
+            } else {
+                String::new()
+            };
+            format!(
+                "{name} {} × {} B of {}{logits} = {} B",
+                s.samples, s.sample_bytes, s.dtype, s.total_bytes
+            )
+        })
+        .collect();
+    format!("stored samples: {}\n", parts.join("; "))
 }
 
 /// The training step's own memory (`memory.step_peak_bytes`, what a step adds above the bytes
@@ -266,6 +291,27 @@ mod tests {
             line.contains("(per task 12 tasks, 1.00 to 12.00)")
                 && line.contains("(per task 12 tasks, 100.0 to 100.0)"),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn stored_line_by_hand() {
+        let mut m = MemoryReport::default();
+        assert_eq!(stored_line(&m), "");
+        m.stored.insert(
+            "replay".into(),
+            engram_core::strategy::StoredSamples {
+                samples: 4,
+                sample_bytes: 48,
+                input_bytes: 192,
+                logit_bytes: 32,
+                total_bytes: 224,
+                dtype: "token ids (uint32)".into(),
+            },
+        );
+        assert_eq!(
+            stored_line(&m),
+            "stored samples: replay 4 × 48 B of token ids (uint32) + 32 B of logits = 224 B\n"
         );
     }
 

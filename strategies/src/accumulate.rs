@@ -53,9 +53,8 @@ impl Accumulate {
 /// Rows `range` of `batch`, with weights rescaled by `scale`.
 fn rows(batch: &Batch, range: std::ops::Range<usize>, scale: f32) -> Batch {
     let n = range.len();
-    let f = batch.x.dims()[1];
     Batch {
-        x: batch.x.clone().slice([range.clone(), 0..f]),
+        x: batch.x.slice_rows(range.clone()),
         y: batch.y.clone().slice([range.clone()]),
         weights: batch
             .weights
@@ -179,7 +178,10 @@ mod tests {
                 Tensor::from_data(TensorData::new(w, [n]), &d)
             });
             let batch = Batch {
-                x: Tensor::from_data(TensorData::new(x.clone(), [n, 6]), &d),
+                x: engram_core::data::input::Input::Float(Tensor::from_data(
+                    TensorData::new(x.clone(), [n, 6]),
+                    &d,
+                )),
                 y: Tensor::<1, Int>::from_data(TensorData::new(y.clone(), [n]), &d),
                 weights,
                 logit_mask: None,

@@ -27,7 +27,7 @@ use engram_core::burn::optim::GradientsParams;
 use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Part, SampleRef};
-use engram_core::model::{Activation, Model, unflatten_grads};
+use engram_core::model::{Model, unflatten_grads};
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{BatchContext, ForgettingStrategy, StrategyState, TaskContext};
 use engram_core::train::trainer::per_sample_cross_entropy;
@@ -142,6 +142,13 @@ impl ForgettingStrategy for Agem {
         AgemParams::NAME
     }
 
+    fn stored_samples(
+        &self,
+        stream: &engram_core::data::stream::Stream,
+    ) -> Option<engram_core::strategy::StoredSamples> {
+        Some(self.memory.stored_samples(stream))
+    }
+
     fn adjust_gradients(
         &mut self,
         model: &Model,
@@ -166,7 +173,7 @@ impl ForgettingStrategy for Agem {
         let b = cx
             .stream
             .batch(&refs, Part::Train, cx.position.task, cx.device);
-        let logits = model.forward(Activation::Flat(b.x.clone()), &b.forward_ctx());
+        let logits = model.forward(b.input(), &b.forward_ctx());
         let loss = per_sample_cross_entropy(logits, &b).mean();
         let g_ref = GradientsParams::from_grads(loss.backward(), model);
         let flat = |g: &GradientsParams| {
@@ -287,20 +294,13 @@ mod tests {
             .map(|i| s.memory.slots[i].r)
             .collect();
         let mb = stream.batch(&refs, Part::Train, 1, &device);
-        let loss = per_sample_cross_entropy(
-            model.forward(Activation::Flat(mb.x.clone()), &mb.forward_ctx()),
-            &mb,
-        )
-        .mean();
+        let loss =
+            per_sample_cross_entropy(model.forward(mb.input(), &mb.forward_ctx()), &mb).mean();
         let g_ref = GradientsParams::from_grads(loss.backward(), &model);
         let gr = values(&model, &g_ref);
         // A task-1 batch's gradient, and its negation of g_ref plus a part along it.
         let b1 = stream.batch(&stream.epoch_order(1, 0, 0)[..8], Part::Train, 1, &device);
-        let l1 = per_sample_cross_entropy(
-            model.forward(Activation::Flat(b1.x.clone()), &b1.forward_ctx()),
-            &b1,
-        )
-        .mean();
+        let l1 = per_sample_cross_entropy(model.forward(b1.input(), &b1.forward_ctx()), &b1).mean();
         let g1 = GradientsParams::from_grads(l1.backward(), &model);
         let g = values(&model, &g1);
         let against: Vec<(engram_core::burn::module::ParamId, Tensor<1>)> = model

@@ -486,7 +486,10 @@ mod tests {
             .map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.2)
             .collect();
         Batch {
-            x: Tensor::from_data(TensorData::new(x, [8, 6]), d),
+            x: engram_core::data::input::Input::Float(Tensor::from_data(
+                TensorData::new(x, [8, 6]),
+                d,
+            )),
             y: Tensor::<1, Int>::from_data(
                 TensorData::new((0..8).map(|i| i % 3).collect::<Vec<i64>>(), [8]),
                 d,

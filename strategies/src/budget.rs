@@ -612,7 +612,10 @@ mod tests {
         let x: Vec<f32> = (0..n * 6).map(|i| (i % 7) as f32 / 7.0).collect();
         let y: Vec<i64> = (0..n as i64).map(|i| i % 3).collect();
         engram_core::data::stream::Batch {
-            x: Tensor::from_data(TensorData::new(x, [n, 6]), d),
+            x: engram_core::data::input::Input::Float(Tensor::from_data(
+                TensorData::new(x, [n, 6]),
+                d,
+            )),
             y: Tensor::<1, Int>::from_data(TensorData::new(y, [n]), d),
             weights: None,
             logit_mask: None,

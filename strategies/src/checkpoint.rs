@@ -125,7 +125,7 @@ pub fn checkpointed_step(
     // the backward pass that uses them.
     let frozen = model.clone().no_grad().compute_view(dt);
     let mut inputs = Vec::with_capacity(segments.len());
-    let mut x = Activation::Flat(to_dtype(req.batch.x.clone(), model.input_dtype(dt)).detach());
+    let mut x = Activation::from(req.batch.x.clone().to_dtype(model.input_dtype(dt)).detach());
     for (s, range) in segments.iter().enumerate() {
         inputs.push(x.clone());
         if s + 1 < segments.len() {
@@ -228,7 +228,10 @@ mod tests {
             .collect();
         let y: Vec<i64> = (0..8).map(|i| i % 4).collect();
         let b = Batch {
-            x: Tensor::from_data(TensorData::new(x, [8, 12]), &d),
+            x: engram_core::data::input::Input::Float(Tensor::from_data(
+                TensorData::new(x, [8, 12]),
+                &d,
+            )),
             y: Tensor::<1, Int>::from_data(TensorData::new(y, [8]), &d),
             weights: None,
             logit_mask: None,
@@ -382,7 +385,10 @@ mod vit_tests {
             .map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0)
             .collect();
         let b = Batch {
-            x: Tensor::from_data(TensorData::new(x, [4, 784]), &d),
+            x: engram_core::data::input::Input::Float(Tensor::from_data(
+                TensorData::new(x, [4, 784]),
+                &d,
+            )),
             y: Tensor::<1, Int>::from_data(TensorData::new(vec![1i64, 3, 5, 7], [4]), &d),
             weights: None,
             logit_mask: None,
@@ -437,7 +443,10 @@ mod cnn_tests {
             .map(|i| ((i * 17 % 31) as f32 - 15.0) / 8.0)
             .collect();
         let b = Batch {
-            x: Tensor::from_data(TensorData::new(x, [6, 784]), &d),
+            x: engram_core::data::input::Input::Float(Tensor::from_data(
+                TensorData::new(x, [6, 784]),
+                &d,
+            )),
             y: Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 2, 4, 6, 8, 1], [6]), &d),
             weights: None,
             logit_mask: None,
@@ -555,7 +564,10 @@ mod op_level_tests {
                 .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
                 .collect();
             let b = Batch {
-                x: Tensor::from_data(TensorData::new(x, [8, 12]), d),
+                x: engram_core::data::input::Input::Float(Tensor::from_data(
+                    TensorData::new(x, [8, 12]),
+                    d,
+                )),
                 y: Tensor::<1, Int>::from_data(
                     TensorData::new((0..8).map(|i| i % 4).collect::<Vec<i64>>(), [8]),
                     d,
@@ -641,7 +653,10 @@ mod bert_tests {
             })
             .collect();
         let b = Batch {
-            x: Tensor::from_data(TensorData::new(x, [4, 8]), &d),
+            x: engram_core::data::input::Input::Float(Tensor::from_data(
+                TensorData::new(x, [4, 8]),
+                &d,
+            )),
             y: Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1, 2, 3], [4]), &d),
             weights: None,
             logit_mask: None,

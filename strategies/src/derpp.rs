@@ -112,6 +112,13 @@ impl ForgettingStrategy for Derpp {
         DerppParams::NAME
     }
 
+    fn stored_samples(
+        &self,
+        stream: &engram_core::data::stream::Stream,
+    ) -> Option<engram_core::strategy::StoredSamples> {
+        Some(self.memory.stored_samples(stream))
+    }
+
     fn prepare_batch(&mut self, batch: Batch, cx: &BatchContext<'_>) -> Result<Batch> {
         self.seed = cx.seed;
         self.targets = None;
@@ -193,12 +200,12 @@ impl ForgettingStrategy for Derpp {
         // The stored rows' logits under the model just updated, without a graph.
         let rows: Vec<usize> = stored.iter().map(|&(row, _)| row).collect();
         let x = cx.batch.x.clone().inner();
-        let x = x.clone().select(0, reservoir::index(&rows, &x.device()));
+        let x = x.select_rows(reservoir::index(&rows, &x.device()));
         let valid = cx.model.valid();
         // The forward context the step trained these rows with (its batch's).
         let ctx = cx.batch.forward_ctx();
         let z: Vec<f32> = valid
-            .forward(Activation::Flat(x), &ctx)
+            .forward(Activation::from(x), &ctx)
             .into_data()
             .try_to_vec::<f32>()
             .unwrap_or_default();
@@ -280,7 +287,7 @@ mod tests {
         let direct: Vec<f32> = model
             .valid()
             .forward(
-                Activation::Flat(b0.x.clone().inner()),
+                Activation::from(b0.x.clone().inner()),
                 &ForwardCtx::training(None),
             )
             .into_data()

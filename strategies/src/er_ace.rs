@@ -125,6 +125,13 @@ impl ForgettingStrategy for ErAce {
         ErAceParams::NAME
     }
 
+    fn stored_samples(
+        &self,
+        stream: &engram_core::data::stream::Stream,
+    ) -> Option<engram_core::strategy::StoredSamples> {
+        Some(self.memory.stored_samples(stream))
+    }
+
     fn prepare_batch(&mut self, batch: Batch, cx: &BatchContext<'_>) -> Result<Batch> {
         self.seed = cx.seed;
         let n = batch.len();

@@ -60,7 +60,7 @@ use engram_core::burn::tensor::{Device, Tensor, activation};
 use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, SampleRef};
-use engram_core::model::{Activation, Model, ParamInfo};
+use engram_core::model::{Model, ParamInfo};
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{
     BatchContext, ForgettingStrategy, StateTensor, StepContext, StrategyState, TaskContext,
@@ -317,7 +317,7 @@ impl Ewc {
             FisherKind::Empirical | FisherKind::True => {
                 for r in refs {
                     let b = gather(std::slice::from_ref(r));
-                    let logits = model.forward(Activation::Flat(b.x.clone()), &ctx(&b));
+                    let logits = model.forward(b.input(), &ctx(&b));
                     if self.p.fisher == FisherKind::Empirical {
                         let nll = per_sample_cross_entropy(logits, &b);
                         add(model.grads_of(nll), None);
@@ -336,7 +336,7 @@ impl Ewc {
                             if pc < 1e-12 {
                                 continue;
                             }
-                            let logits = model.forward(Activation::Flat(b.x.clone()), &ctx(&b));
+                            let logits = model.forward(b.input(), &ctx(&b));
                             let nll_c = activation::log_softmax(masked(logits), 1)
                                 .slice([0..1, c..c + 1])
                                 .reshape([1])
@@ -350,7 +350,7 @@ impl Ewc {
             FisherKind::Batched => {
                 for chunk in refs.chunks(self.p.fisher_batch.max(1)) {
                     let b = gather(chunk);
-                    let logits = model.forward(Activation::Flat(b.x.clone()), &ctx(&b));
+                    let logits = model.forward(b.input(), &ctx(&b));
                     let nll = per_sample_cross_entropy(logits, &b).mean();
                     add(model.grads_of(nll), None);
                     count += 1;
@@ -663,7 +663,10 @@ mod tests {
         let ys: Vec<i64> = rs.iter().map(|r| y[r.index as usize]).collect();
         let n = rs.len();
         Batch {
-            x: Tensor::from_data(TensorData::new(xs, [n, 3]), &d),
+            x: engram_core::data::input::Input::Float(Tensor::from_data(
+                TensorData::new(xs, [n, 3]),
+                &d,
+            )),
             y: Tensor::<1, Int>::from_data(TensorData::new(ys, [n]), &d),
             weights: None,
             logit_mask: None,
@@ -683,7 +686,7 @@ mod tests {
     /// Per-sample gradients of −log p(c | x_n) for every parameter, flattened and concatenated.
     fn grad_of(m: &Model, n: u32, class: Option<usize>) -> Vec<f32> {
         let b = gather(&[SampleRef { task: 0, index: n }]);
-        let logits = m.forward(Activation::Flat(b.x.clone()), &ForwardCtx::default());
+        let logits = m.forward(b.input(), &ForwardCtx::default());
         let loss = match class {
             None => per_sample_cross_entropy(logits, &b),
             Some(c) => activation::log_softmax(logits, 1)
@@ -737,7 +740,7 @@ mod tests {
             let b = gather(&[SampleRef { task: 0, index: n }]);
             let p = activation::softmax(
                 m.valid()
-                    .forward(Activation::Flat(b.x.inner()), &ForwardCtx::default()),
+                    .forward(b.x.inner().into(), &ForwardCtx::default()),
                 1,
             );
             let p = p.into_data().try_to_vec::<f32>().unwrap();

@@ -19,7 +19,7 @@ use engram_core::burn::tensor::Tensor;
 use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Part, SampleRef};
-use engram_core::model::{Activation, Model};
+use engram_core::model::Model;
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{ForgettingStrategy, StateTensor, StrategyState, TaskContext};
 use engram_core::train::trainer::{clip_global_norm, per_sample_cross_entropy};
@@ -165,7 +165,7 @@ impl Gdumb {
                 let b = cx
                     .stream
                     .batch(chunk, Part::Train, cx.task.index, cx.device);
-                let logits = model.forward(Activation::Flat(b.x.clone()), &b.forward_ctx());
+                let logits = model.forward(b.input(), &b.forward_ctx());
                 let loss: Tensor<1> = per_sample_cross_entropy(logits, &b).mean();
                 let grads = GradientsParams::from_grads(loss.backward(), &model);
                 let grads = clip_global_norm(&model, grads, self.p.clip_norm).0;
@@ -182,6 +182,17 @@ impl Gdumb {
 impl ForgettingStrategy for Gdumb {
     fn name(&self) -> &str {
         GdumbParams::NAME
+    }
+
+    fn stored_samples(
+        &self,
+        stream: &engram_core::data::stream::Stream,
+    ) -> Option<engram_core::strategy::StoredSamples> {
+        Some(engram_core::strategy::StoredSamples::of(
+            stream,
+            self.memory.len(),
+            0,
+        ))
     }
 
     fn before_task(&mut self, cx: &mut TaskContext<'_>) -> Result<()> {

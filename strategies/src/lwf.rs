@@ -22,7 +22,7 @@ use engram_core::burn::tensor::{Tensor, TensorData, activation};
 use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, Part, SampleRef};
-use engram_core::model::{Activation, ForwardCtx};
+use engram_core::model::ForwardCtx;
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{ForgettingStrategy, StateTensor, StrategyState, TaskContext};
 use engram_core::{Error, Result};
@@ -130,7 +130,7 @@ impl ForgettingStrategy for Lwf {
         for chunk in refs.chunks(500) {
             let b = cx.stream.batch(chunk, Part::Train, t, &inner);
             let ctx = ForwardCtx::training(b.forward_ctx().task);
-            let z = valid.forward(Activation::Flat(b.x.clone()), &ctx);
+            let z = valid.forward(b.input(), &ctx);
             logits.extend(
                 z.select(1, cols.clone())
                     .into_data()
@@ -266,10 +266,7 @@ mod tests {
         let b = stream.batch(&refs, Part::Train, 2, &device);
         let before: Vec<f32> = model
             .valid()
-            .forward(
-                Activation::Flat(b.x.clone().inner()),
-                &ForwardCtx::training(None),
-            )
+            .forward(b.x.clone().inner().into(), &ForwardCtx::training(None))
             .into_data()
             .try_to_vec::<f32>()
             .unwrap();

@@ -261,6 +261,19 @@ impl ForgettingStrategy for Replay {
         NAME
     }
 
+    fn stored_samples(
+        &self,
+        stream: &engram_core::data::stream::Stream,
+    ) -> Option<engram_core::strategy::StoredSamples> {
+        let slots = self.buffers.iter().flatten();
+        let logits = slots.clone().map(|s| s.logits.len()).sum();
+        Some(engram_core::strategy::StoredSamples::of(
+            stream,
+            self.len(),
+            logits,
+        ))
+    }
+
     fn logit_penalty(&self, logits: &Tensor<2>, batch: &Batch) -> Option<Tensor<1>> {
         self.distillation(logits, batch)
     }

@@ -12,7 +12,7 @@
 use engram_core::burn::tensor::{Device, Int, Tensor, TensorData};
 use engram_core::config::ParamSource;
 use engram_core::data::stream::{Batch, SampleRef};
-use engram_core::strategy::StrategyState;
+use engram_core::strategy::{StoredSamples, StrategyState};
 use engram_core::{Error, Result, rng};
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,13 @@ pub struct Reservoir {
 }
 
 impl Reservoir {
+    /// The stored samples' size ([`StoredSamples::of`]): their inputs in the data's own type
+    /// and their stored logits.
+    pub fn stored_samples(&self, stream: &engram_core::data::stream::Stream) -> StoredSamples {
+        let logits = self.slots.iter().map(|s| s.logits.len()).sum();
+        StoredSamples::of(stream, self.slots.len(), logits)
+    }
+
     /// An empty memory of `capacity` samples.
     pub fn new(capacity: usize) -> Self {
         Self {

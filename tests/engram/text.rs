@@ -79,3 +79,183 @@ fn a_bert_trains_on_a_text_folder_and_bad_documents_are_bad_input() {
         "{out}"
     );
 }
+
+/// The corpus of [`setup`] dealt into 2 tasks of one class each (3 training and 3 test
+/// documents a class at `test_fraction` 0.5), with `forgetting` added; returns the config.
+fn two_tasks(dir: &Path, forgetting: &str) -> std::path::PathBuf {
+    let cfg = setup(dir);
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "tasks = 1\nclasses_per_task = 2",
+        "tasks = 2\nclasses_per_task = 1",
+    );
+    std::fs::write(&cfg, format!("{text}{forgetting}")).unwrap();
+    cfg
+}
+
+fn report(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+}
+
+/// Every strategy that stores or selects samples runs on token data with a tiny BERT: the run
+/// finishes with a 2 × 2 accuracy matrix of accuracies, and report.json's `memory.stored`
+/// counts each stored sample's input as `max_len × 4` bytes of `uint32` ids (12 ids: 48 bytes)
+/// plus the stored logits (`2 classes × 4` bytes a sample for DER++ and logit replay).
+#[test]
+fn every_sample_storing_strategy_runs_on_token_ids_and_counts_their_bytes() {
+    // (strategy's name in the report, its [[forgetting]] entry, stored f32 logits per sample)
+    let cases = [
+        (
+            "replay",
+            "type = \"replay\"\ncapacity = 4\nmin_per_task = 1\n",
+            2,
+        ),
+        (
+            "replay",
+            "type = \"replay\"\ncapacity = 4\nmin_per_task = 1\nselection = \"class_balanced\"\n",
+            2,
+        ),
+        (
+            "replay",
+            "type = \"replay\"\ncapacity = 4\nmin_per_task = 1\nselection = \"herding\"\n",
+            2,
+        ),
+        ("derpp", "type = \"derpp\"\ncapacity = 4\n", 2),
+        ("gdumb", "type = \"gdumb\"\ncapacity = 4\nepochs = 1\n", 0),
+        (
+            "agem",
+            "type = \"agem\"\ncapacity = 4\nmemory_batch = 2\n",
+            0,
+        ),
+    ];
+    for (k, (name, entry, logits)) in cases.into_iter().enumerate() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = two_tasks(d.path(), &format!("[[forgetting]]\n{entry}"));
+        let out = d.path().join("out");
+        let (code, text) = run_quiet(&cfg, &out, &[], &[]);
+        assert_eq!(code, 0, "case {k} ({entry}): {text}");
+        let r = report(&out);
+        let m = r["accuracy_matrix"].as_array().unwrap();
+        assert_eq!(m.len(), 2, "case {k}");
+        for (i, row) in m.iter().enumerate() {
+            let row = row.as_array().unwrap();
+            assert_eq!(row.len(), 2, "case {k}");
+            for a in &row[..=i] {
+                let a = a.as_f64().unwrap();
+                assert!((0.0..=1.0).contains(&a), "case {k}: accuracy {a}");
+            }
+        }
+        assert_eq!(
+            r["normalization"],
+            "none: token ids (uint32) reach the model as Int ids, as the tokenizer gave them"
+        );
+        let s = &r["memory"]["stored"][name];
+        // 6 training documents seen, a memory of 4.
+        assert_eq!(s["samples"], 4, "case {k}: {s}");
+        assert_eq!(s["sample_bytes"], 48, "case {k}: {s}");
+        assert_eq!(s["input_bytes"], 4 * 12 * 4, "case {k}: {s}");
+        assert_eq!(s["logit_bytes"], 4 * logits * 4, "case {k}: {s}");
+        assert_eq!(
+            s["total_bytes"],
+            4 * 12 * 4 + 4 * logits * 4,
+            "case {k}: {s}"
+        );
+        assert_eq!(s["dtype"], "token ids (uint32)", "case {k}: {s}");
+    }
+}
+
+/// A permutation of token ids is another text, not a new domain: the domain-incremental
+/// scenario is refused for token data at its line, before anything is written.
+#[test]
+fn a_domain_incremental_stream_of_token_ids_is_refused_at_its_line() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = setup(d.path());
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "scenario = \"class-incremental\"\ntasks = 1\nclasses_per_task = 2",
+        "scenario = \"domain-incremental\"\ntasks = 2",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let out = d.path().join("out");
+    let (code, text) = run_quiet(&cfg, &out, &[], &[]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("run.toml:6:") && text.contains("token ids"),
+        "{text}"
+    );
+    assert!(!out.exists());
+}
+
+/// A replay memory of text holds the documents' own ids: after the first task, each stored
+/// sample gathers to a batch row of `Int` ids equal to the tiny tokenizer's encoding of one
+/// of that task's documents (`shares fell as the bank reported profits {i}`), and its size is
+/// 12 ids × 4 bytes a sample.
+#[test]
+fn a_replay_memory_of_text_holds_the_documents_ids() {
+    use engram::core::data::stream::Part;
+    use engram::core::strategy::{ForgettingStrategy, TaskContext, TaskInfo};
+    use engram::strategies::replay::{Replay, ReplayParams};
+    let d = tempfile::tempdir().unwrap();
+    let path = two_tasks(d.path(), "");
+    let cfg = engram::core::config::LoadedConfig::load(&path, &[]).unwrap();
+    let p = engram::core::train::trainer::prepare(cfg, &engram::registry()).unwrap();
+    let ad = p.device.clone().autodiff();
+    let mut model = p.build_model(&ad).unwrap();
+    let mut replay = Replay::new(
+        ReplayParams {
+            capacity: 4,
+            min_per_task: 1,
+            ..ReplayParams::default()
+        },
+        2,
+        None,
+    )
+    .unwrap();
+    let task = TaskInfo {
+        index: 0,
+        num_tasks: 2,
+        classes: p.stream.tasks[0].classes.clone(),
+        train_samples: p.stream.tasks[0].train.len(),
+        joint: false,
+    };
+    let mut cx = TaskContext {
+        model: &mut model,
+        device: &ad,
+        task: &task,
+        stream: &p.stream,
+        seed: 0,
+        final_train_loss: 0.0,
+    };
+    replay.after_task(&mut cx).unwrap();
+    let refs: Vec<_> = replay.buffers().iter().flatten().map(|s| s.r).collect();
+    // Task 0 (business) has 3 training documents, all within the memory of 4.
+    assert_eq!(refs.len(), 3);
+    let tok = engram::core::data::tokenizer::TextTokenizer::load(&tokenizer(), 12).unwrap();
+    let texts: Vec<String> = (0..6)
+        .map(|i| format!("shares fell as the bank reported profits {i}"))
+        .collect();
+    let encoded = tok.encode(&texts).unwrap();
+    let documents: Vec<&[u32]> = encoded.chunks(12).collect();
+    let b = p.stream.batch(&refs, Part::Train, 0, &p.device);
+    assert!(b.x.is_ids());
+    assert_eq!(b.x.dims(), [3, 12]);
+    let rows = b.x.to_i64();
+    for (row, r) in rows.chunks(12).zip(&refs) {
+        let row: Vec<u32> = row.iter().map(|&i| i as u32).collect();
+        assert_eq!(
+            Some(row.as_slice()),
+            p.stream.dataset.train.token_row(r.index as usize)
+        );
+        assert!(
+            documents.contains(&row.as_slice()),
+            "{row:?} is no business document's ids"
+        );
+        // [CLS] first, then the text's ids, [SEP] and padding.
+        assert_eq!(row[0], 2);
+    }
+    let mut rows: Vec<u32> = refs.iter().map(|r| r.index).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    assert_eq!(rows.len(), 3, "three different documents");
+    let s = replay.stored_samples(&p.stream).unwrap();
+    assert_eq!((s.samples, s.sample_bytes, s.input_bytes), (3, 48, 3 * 48));
+    assert_eq!(s.dtype, "token ids (uint32)");
+}

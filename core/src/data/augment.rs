@@ -171,10 +171,18 @@ pub fn augment_batch(
     if a.is_off() || batch.is_empty() {
         return batch;
     }
+    // Token ids are never augmented: [`check`] refuses `[data.augment]` for them.
+    let x = match batch.x {
+        crate::data::input::Input::Float(x) => x,
+        ids => {
+            batch.x = ids;
+            return batch;
+        }
+    };
     let mut r = rng::stream(seed, "augment", task as u64, global_step as u64);
-    let draws = draws(a, batch.len(), &mut r);
+    let draws = draws(a, batch.refs.len(), &mut r);
     let pad = black(stream, Part::Train);
-    batch.x = apply(a, batch.x, stream.dataset.input, &pad, &draws);
+    batch.x = apply(a, x, stream.dataset.input, &pad, &draws).into();
     batch
 }
 

@@ -1,5 +1,5 @@
 //! A dataset as engram holds it ([`Dataset`]): two splits of contiguous arrays ([`Split`],
-//! values as bytes or `f32` ([`Values`])), the sample shape, the classes and their names. Every
+//! values as bytes, `f32` or token ids ([`Values`])), the sample shape, the classes and their names. Every
 //! source produces one: the named datasets of [`crate::data::catalog`], the formats of
 //! [`crate::data::format`], a plugin's factory, a program's own data.
 
@@ -10,13 +10,17 @@ use std::path::PathBuf;
 ///
 /// Bytes are pixels (IDX, 8-bit images, integer CSV cells in 0–255) and are scaled to `[0, 1]`
 /// by `1/255` before normalisation; floats are taken as they are. Bytes keep a quarter of the
-/// memory of `f32`.
+/// memory of `f32`. Token ids (text data, `[n, max_len]`) are never scaled nor normalised:
+/// batches carry them to the model as `Int` ids ([`crate::data::input::Input::Ids`]), 4 bytes
+/// each, exact for any vocabulary (an `f32` holds integers exactly only up to 2^24).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Values {
     /// 8-bit values, scaled by `1/255`.
     U8(Vec<u8>),
     /// 32-bit floats, unscaled.
     F32(Vec<f32>),
+    /// Token ids of a tokenizer's vocabulary, padded with its pad id; never normalised.
+    Tokens(Vec<u32>),
 }
 
 impl Values {
@@ -25,6 +29,20 @@ impl Values {
         match self {
             Values::U8(v) => v.len(),
             Values::F32(v) => v.len(),
+            Values::Tokens(v) => v.len(),
+        }
+    }
+
+    /// Whether the values are token ids ([`Values::Tokens`]).
+    pub fn is_tokens(&self) -> bool {
+        matches!(self, Values::Tokens(_))
+    }
+
+    /// Bytes one stored value takes: 1 (`uint8`), 4 (`float32`, and a token id's `uint32`).
+    pub fn value_bytes(&self) -> usize {
+        match self {
+            Values::U8(_) => 1,
+            Values::F32(_) | Values::Tokens(_) => 4,
         }
     }
 
@@ -34,28 +52,41 @@ impl Values {
     }
 
     /// The factor that takes a stored value to the scale normalisation works on: `1/255` for
-    /// bytes, 1 for floats.
+    /// bytes, 1 for floats and token ids.
     pub fn scale(&self) -> f32 {
         match self {
             Values::U8(_) => 1.0 / 255.0,
-            Values::F32(_) => 1.0,
+            Values::F32(_) | Values::Tokens(_) => 1.0,
         }
     }
 
-    /// Value `k`, scaled ([`Values::scale`]).
+    /// Value `k`, scaled ([`Values::scale`]); a token id as an `f32` (exact below 2^24).
     pub fn scaled(&self, k: usize) -> f32 {
         match self {
             Values::U8(v) => f32::from(v[k]) / 255.0,
             Values::F32(v) => v[k],
+            Values::Tokens(v) => v[k] as f32,
         }
     }
 
-    /// The element type's name, as in NumPy (`uint8`, `float32`).
+    /// The element type's name, as in NumPy (`uint8`, `float32`, `uint32` for token ids).
     pub fn dtype(&self) -> &'static str {
         match self {
             Values::U8(_) => "uint8",
             Values::F32(_) => "float32",
+            Values::Tokens(_) => "uint32",
         }
+    }
+
+    /// What the values are, in words, with their element type: `pixel bytes (uint8)`,
+    /// `floats (float32)`, `token ids (uint32)` (report.json's memory section, the run summary).
+    pub fn kind(&self) -> String {
+        let what = match self {
+            Values::U8(_) => "pixel bytes",
+            Values::F32(_) => "floats",
+            Values::Tokens(_) => "token ids",
+        };
+        format!("{what} ({})", self.dtype())
     }
 }
 
@@ -108,8 +139,22 @@ impl Split {
     pub fn row(&self, i: usize) -> Option<&[u8]> {
         match &self.values {
             Values::U8(v) => Some(&v[i * self.features..(i + 1) * self.features]),
-            Values::F32(_) => None,
+            Values::F32(_) | Values::Tokens(_) => None,
         }
+    }
+
+    /// Sample `i`'s token ids, `[max_len]` (`features` of them), when the values are ids.
+    pub fn token_row(&self, i: usize) -> Option<&[u32]> {
+        match &self.values {
+            Values::Tokens(v) => Some(&v[i * self.features..(i + 1) * self.features]),
+            Values::U8(_) | Values::F32(_) => None,
+        }
+    }
+
+    /// Bytes one stored sample takes: `features × ` [`Values::value_bytes`] (a token sequence
+    /// of `max_len` ids: `max_len × 4`; a 28×28 byte image: 784).
+    pub fn sample_bytes(&self) -> usize {
+        self.features * self.values.value_bytes()
     }
 
     /// Each group's `(a, b)` with `normalised = stored·a − b`: `a = s/std`, `b = mean/std`
@@ -118,7 +163,7 @@ impl Split {
     pub fn coefficients(&self) -> Vec<(f32, f32)> {
         let base = match self.values {
             Values::U8(_) => 255.0f32,
-            Values::F32(_) => 1.0,
+            Values::F32(_) | Values::Tokens(_) => 1.0,
         };
         self.mean
             .iter()
@@ -166,6 +211,7 @@ impl Split {
         match &self.values {
             Values::U8(v) => push(&v[i * f..(i + 1) * f], f32::from, coef, per, perm, out),
             Values::F32(v) => push(&v[i * f..(i + 1) * f], |x| x, coef, per, perm, out),
+            Values::Tokens(v) => push(&v[i * f..(i + 1) * f], |x| x as f32, coef, per, perm, out),
         }
     }
 
@@ -176,8 +222,12 @@ impl Split {
 
     /// The mean and population standard deviation of each of `groups` groups of this split's
     /// scaled values (computed in `f64`); a group whose values are all equal gets std 1, so
-    /// that it normalises to zeros instead of dividing by zero.
+    /// that it normalises to zeros instead of dividing by zero. Token ids are never
+    /// normalised: one group of mean 0 and std 1 (the identity).
     pub fn statistics(&self, groups: usize) -> (Vec<f32>, Vec<f32>) {
+        if self.values.is_tokens() {
+            return (vec![0.0], vec![1.0]);
+        }
         let groups = groups.max(1);
         let per = self.features / groups;
         let mut sum = vec![0f64; groups];
@@ -196,6 +246,7 @@ impl Split {
                 .iter()
                 .enumerate()
                 .for_each(|(k, &x)| add(k, f64::from(x))),
+            Values::Tokens(_) => {}
         }
         let count = (self.len() * per).max(1) as f64;
         let mean: Vec<f64> = sum.iter().map(|s| s / count).collect();
@@ -273,6 +324,7 @@ impl Dataset {
             match &s.values {
                 Values::U8(v) => h.update(v),
                 Values::F32(v) => v.iter().for_each(|x| h.update(x.to_le_bytes())),
+                Values::Tokens(v) => v.iter().for_each(|x| h.update(x.to_le_bytes())),
             }
             s.labels.iter().for_each(|l| h.update(l.to_le_bytes()));
         }
@@ -311,6 +363,12 @@ pub fn check_dataset(ds: &Dataset) -> Result<()> {
                 split.labels.len(),
                 split.features,
                 ds.input
+            ));
+        }
+        if split.values.is_tokens() && (split.mean != [0.0] || split.std != [1.0]) {
+            return bad(format!(
+                "the {what} split holds token ids with mean {:?} and std {:?}; token ids are never normalised (mean [0.0], std [1.0])",
+                split.mean, split.std
             ));
         }
         if let Err(e) = super::shape::check_normalization(&split.mean, &split.std, ds.input) {

@@ -14,6 +14,7 @@ pub mod catalog;
 pub mod dataset;
 pub mod format;
 pub mod idx;
+pub mod input;
 pub mod shape;
 pub mod stream;
 pub mod tokenizer;

@@ -5,7 +5,8 @@
 //! are gathered from those arrays on demand ([`Stream::batch`]), so a replay memory can store
 //! [`SampleRef`]s rather than copies.
 
-use super::dataset::{Dataset, Split};
+use super::dataset::{Dataset, Split, Values};
+use super::input::Input;
 use crate::config::{ClassesPerTask, DataConfig, EvalSplit, Scenario};
 use crate::error::{Error, Result};
 use crate::rng;
@@ -51,8 +52,9 @@ pub struct Task {
 /// A gathered batch, ready for a step.
 #[derive(Clone, Debug)]
 pub struct Batch {
-    /// Inputs `[batch, features]`.
-    pub x: Tensor<2>,
+    /// Inputs: normalised features `[batch, features]`, or token ids `[batch, len]` for text
+    /// data ([`Input`]).
+    pub x: Input,
     /// Class labels `[batch]`.
     pub y: Tensor<1, Int>,
     /// Per-sample loss weights `[batch]`: the task loss is `Σ w_i·CE_i`; `None` means the plain
@@ -109,7 +111,7 @@ impl Batch {
         let mut refs = self.refs;
         refs.extend(other.refs);
         Batch {
-            x: Tensor::cat(vec![self.x, other.x], 0),
+            x: Input::cat(vec![self.x, other.x]),
             y: Tensor::cat(vec![self.y, other.y], 0),
             weights: None,
             logit_mask,
@@ -290,6 +292,35 @@ fn task(
     })
 }
 
+/// Rows `refs` of `split` as a batch's input on `device`: token ids `[n, len]` as they are
+/// stored (no permutation: the trainer refuses a domain-incremental stream of token data),
+/// other values normalised `[n, features]`, each through its task's permutation `perm(task)`.
+fn gather_input<'a>(
+    split: &Split,
+    refs: &[SampleRef],
+    perm: impl Fn(usize) -> Option<&'a Vec<u32>>,
+    device: &Device,
+) -> Input {
+    let (n, f) = (refs.len(), split.features);
+    if let Values::Tokens(v) = &split.values {
+        let ids: Vec<i64> = refs
+            .iter()
+            .flat_map(|r| {
+                let i = r.index as usize;
+                v[i * f..(i + 1) * f].iter().map(|&id| i64::from(id))
+            })
+            .collect();
+        return Input::Ids(Tensor::from_data(TensorData::new(ids, [n, f]), device));
+    }
+    let coef = split.coefficients();
+    let mut x = Vec::with_capacity(n * f);
+    for r in refs {
+        let p = perm(r.task as usize).map(Vec::as_slice);
+        split.normalized_row_with(&coef, r.index as usize, p, &mut x);
+    }
+    Input::Float(Tensor::from_data(TensorData::new(x, [n, f]), device))
+}
+
 impl Stream {
     /// Deals `dataset` into tasks as `cfg` says, with every random choice drawn from `seed`.
     ///
@@ -362,15 +393,17 @@ impl Stream {
             Part::Test => &self.dataset.test,
         };
         let f = split.features;
-        let coef = split.coefficients();
-        let mut x = Vec::with_capacity(refs.len() * f);
-        let mut y = Vec::with_capacity(refs.len());
-        for r in refs {
-            let perm = self.tasks[r.task as usize].permutation.as_deref();
-            split.normalized_row_with(&coef, r.index as usize, perm.map(Vec::as_slice), &mut x);
-            y.push(i64::from(split.labels[r.index as usize]));
-        }
         let n = refs.len();
+        let y: Vec<i64> = refs
+            .iter()
+            .map(|r| i64::from(split.labels[r.index as usize]))
+            .collect();
+        let x = gather_input(
+            split,
+            refs,
+            |t| self.tasks[t].permutation.as_deref(),
+            device,
+        );
         let logit_mask = if self.allowed_classes(0, seen).is_some() {
             let c = self.num_classes;
             let mut m = vec![-1e9f32; n * c];
@@ -386,8 +419,9 @@ impl Stream {
         } else {
             None
         };
+        debug_assert_eq!(x.dims(), [n, f]);
         Batch {
-            x: Tensor::from_data(TensorData::new(x, [n, f]), device),
+            x,
             y: Tensor::from_data(TensorData::new(y, [n]), device),
             weights: None,
             logit_mask,
@@ -569,7 +603,13 @@ mod tests {
         for epoch in 0..2 {
             let order = a.epoch_order(1, epoch, 7);
             let batch = a.batch(&order[..1], Part::Train, 1, &device);
-            let got = batch.x.into_data().try_to_vec::<f32>().unwrap();
+            let got = batch
+                .x
+                .float()
+                .unwrap()
+                .to_data()
+                .try_to_vec::<f32>()
+                .unwrap();
             let row = a.dataset.train.row(order[0].index as usize).unwrap();
             // mean 0 and std 1/255 make the normalised value the raw byte.
             let want: Vec<f32> = perm(&a, 1)

@@ -16,9 +16,6 @@ use tokenizers::PostProcessor as _;
 /// The name errors give for a tokenizer file.
 const WHAT: &str = "tokenizer.json";
 
-/// The largest token id a dataset can hold: ids are stored as `f32`, exact below 2^24.
-pub const MAX_TOKEN_ID: u32 = 1 << 24;
-
 /// A loaded `tokenizer.json` with engram's truncation and padding at `max_len`.
 pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
@@ -50,8 +47,9 @@ impl TextTokenizer {
     /// # Errors
     /// [`Error::Io`] naming the file when it cannot be read or is not a regular file (a FIFO, a
     /// directory, a symbolic link that leads nowhere); [`Error::DataFile`] naming it when it is
-    /// not a tokenizer the `tokenizers` crate reads, has no pad id, has ids of 2^24 or more
-    /// (not exact as `f32`), or `max_len` is below 2 or cannot hold its special tokens.
+    /// not a tokenizer the `tokenizers` crate reads, has no pad id, or `max_len` is below 2 or
+    /// cannot hold its special tokens. Any `u32` id is taken: datasets store ids as `uint32`
+    /// ([`crate::data::dataset::Values::Tokens`]), not as floats.
     pub fn load(path: &Path, max_len: usize) -> Result<Self> {
         let bytes = crate::fsutil::read_bounded(path, crate::fsutil::MAX_TEXT_BYTES)
             .map_err(|e| Error::io(path, e))?;
@@ -61,15 +59,6 @@ impl TextTokenizer {
             return Err(bad(
                 path,
                 format!("max_len {max_len}: a sequence needs at least 2 ids"),
-            ));
-        }
-        let vocab = inner.get_vocab_size(true);
-        if vocab as u64 >= u64::from(MAX_TOKEN_ID) {
-            return Err(bad(
-                path,
-                format!(
-                    "{vocab} tokens: engram stores ids as f32, exact below {MAX_TOKEN_ID} (2^24)"
-                ),
             ));
         }
         let pad_id = match inner.get_padding() {

@@ -1,7 +1,7 @@
 //! What flows between blocks ([`Activation`], each variant naming its shape) and what a block
 //! may know about the forward pass ([`ForwardCtx`]).
 
-use burn::tensor::{Bool, Device, Tensor};
+use burn::tensor::{Bool, Device, Int, Tensor};
 
 /// The value that flows between blocks. Each variant names its shape.
 // `Tokens` holds two tensor handles; an activation is moved once per block, so the size costs
@@ -26,16 +26,44 @@ pub enum Activation {
         /// `[batch, tokens]`, `true` where the token is real (not padding).
         mask: Tensor<2, Bool>,
     },
+    /// Token ids `[batch, len]`, a text batch's input ([`Input::Ids`](crate::data::input::Input)):
+    /// what an embedding block (BERT's [`Embeddings`](crate::model::bert::Embeddings)) reads.
+    /// Ids carry no gradient: [`Activation::detach`] and [`Activation::require_grad`] leave
+    /// them as they are and [`Activation::grad`] is `None`.
+    Ids(Tensor<2, Int>),
+}
+
+impl From<crate::data::input::Input> for Activation {
+    fn from(x: crate::data::input::Input) -> Self {
+        match x {
+            crate::data::input::Input::Float(t) => Activation::Flat(t),
+            crate::data::input::Input::Ids(t) => Activation::Ids(t),
+        }
+    }
 }
 
 impl Activation {
-    /// The `[batch, features]` tensor; other variants are flattened per sample.
+    /// The `[batch, features]` tensor; other variants are flattened per sample, and token ids
+    /// become their values as floats (exact below 2^24: a model that means to read ids
+    /// matches [`Activation::Ids`] instead).
     pub fn into_flat(self) -> Tensor<2> {
         match self {
             Activation::Flat(t) => t,
+            Activation::Ids(t) => t.float(),
             Activation::Seq(t) => t.flatten(1, 2),
             Activation::Image(t) => t.flatten(1, 3),
             Activation::Tokens { hidden, .. } => hidden.flatten(1, 2),
+        }
+    }
+
+    /// One feature vector per sample, `[batch, width]`, for selecting and comparing samples
+    /// (herding's running means, class means): token hidden states ([`Activation::Tokens`])
+    /// pooled over their real tokens by `pooling` (`[batch, d_model]`, the sentence vector the
+    /// head classifies), any other activation as [`Activation::into_flat`] gives it.
+    pub fn into_features(self, pooling: crate::model::bert::Pooling) -> Tensor<2> {
+        match self {
+            Activation::Tokens { hidden, mask } => crate::model::bert::pool(hidden, &mask, pooling),
+            other => other.into_flat(),
         }
     }
 
@@ -53,7 +81,7 @@ impl Activation {
                 let [b, _] = t.dims();
                 t.reshape([b, shape[0], shape[1], shape[2]])
             }
-            Activation::Seq(_) | Activation::Tokens { .. } => {
+            Activation::Seq(_) | Activation::Tokens { .. } | Activation::Ids(_) => {
                 panic!("a token sequence [batch, tokens, d] is not an image")
             }
         }
@@ -66,6 +94,7 @@ impl Activation {
             Activation::Seq(t) => t.device(),
             Activation::Image(t) => t.device(),
             Activation::Tokens { hidden, .. } => hidden.device(),
+            Activation::Ids(t) => t.device(),
         }
     }
 
@@ -76,6 +105,7 @@ impl Activation {
             Activation::Seq(t) => t.dims()[0],
             Activation::Image(t) => t.dims()[0],
             Activation::Tokens { hidden, .. } => hidden.dims()[0],
+            Activation::Ids(t) => t.dims()[0],
         }
     }
 
@@ -89,6 +119,7 @@ impl Activation {
                 hidden: hidden.detach(),
                 mask,
             },
+            Activation::Ids(t) => Activation::Ids(t),
         }
     }
 
@@ -103,6 +134,7 @@ impl Activation {
                 hidden: hidden.grad(grads)?,
                 mask: mask.clone(),
             },
+            Activation::Ids(_) => return None,
         })
     }
 
@@ -120,12 +152,14 @@ impl Activation {
             Activation::Seq(t) => t.detach().flatten::<1>(0, 2),
             Activation::Image(t) => t.detach().flatten::<1>(0, 3),
             Activation::Tokens { hidden, .. } => hidden.detach().flatten::<1>(0, 2),
+            Activation::Ids(_) => panic!("token ids carry no gradient to send upstream"),
         };
         let mine = match self {
             Activation::Flat(t) => t.flatten::<1>(0, 1),
             Activation::Seq(t) => t.flatten::<1>(0, 2),
             Activation::Image(t) => t.flatten::<1>(0, 3),
             Activation::Tokens { hidden, .. } => hidden.flatten::<1>(0, 2),
+            Activation::Ids(_) => panic!("token ids carry no gradient to send upstream"),
         };
         (mine * up(upstream)).sum()
     }
@@ -140,6 +174,7 @@ impl Activation {
                 hidden: hidden.require_grad(),
                 mask,
             },
+            Activation::Ids(t) => Activation::Ids(t),
         }
     }
 }
@@ -191,6 +226,12 @@ impl ForwardCtx {
 }
 
 impl crate::data::stream::Batch {
+    /// The batch's input as the model's first activation: [`Activation::Flat`] features or
+    /// [`Activation::Ids`] token ids (a clone of the handle, not of the data).
+    pub fn input(&self) -> Activation {
+        self.x.clone().into()
+    }
+
     /// The context of a training forward over this batch ([`ForwardCtx::training`]): its task
     /// when every row belongs to one task, `None` for a batch that mixes tasks (replayed rows
     /// joined it), so that a task-routed block never sends an old task's row to the current

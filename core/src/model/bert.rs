@@ -8,8 +8,9 @@
 //! directory (`config.json` + `model.safetensors`).
 //!
 //! The data contract: a sample is `InputShape::Features(max_len)` whose values are token ids
-//! stored as exact `f32` integers, padded with `pad_id`, under the identity normalisation; the
-//! model's input is `[batch, max_len]` and its first block casts it to `Int` ids.
+//! (`Values::Tokens`, `uint32`), padded with `pad_id` and never normalised; the model's input
+//! is `Int` ids `[batch, max_len]` ([`crate::model::Activation::Ids`]), looked up by its first
+//! block. Float data of exact integer ids is read as ids too (cast to `Int` there).
 //!
 //! Parameter paths: `blocks.0.{word,position,token_type}.weight`, `blocks.0.norm.*`,
 //! `blocks.L.attention.{query,key,value,output}.*` (layer `L` = 1..=layers: exactly the paths
@@ -328,6 +329,17 @@ fn check_shape(s: &BertShape, src: &crate::config::ParamSource) -> crate::Result
         );
     }
     Ok(())
+}
+
+/// How `model`'s head pools token hidden states: a BERT head's own pooling ([`PoolHead`]), mean
+/// pooling for any other model (what [`crate::model::Activation::into_features`] is given for
+/// token activations: herding's features, class means).
+pub fn pooling_of(model: &Model) -> Pooling {
+    model
+        .blocks()
+        .last()
+        .and_then(|b| b.downcast_ref::<PoolHead>())
+        .map_or(Pooling::Mean, |h| h.pooling)
 }
 
 /// The `bert` factory: token ids `InputShape::Features(max_len)` with `max_len ≤ max_position`.

@@ -137,6 +137,16 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
         })
         .unwrap_or(None)
     }
+    fn stored_samples(
+        &self,
+        stream: &crate::data::stream::Stream,
+    ) -> Option<crate::strategy::StoredSamples> {
+        // Asked for the report: a count that panics is left out.
+        guard(&self.lib, &self.name, "stored_samples", || {
+            self.inner.stored_samples(stream)
+        })
+        .unwrap_or(None)
+    }
     fn state(&self) -> crate::Result<StrategyState> {
         guard(&self.lib, &self.name, "state", || self.inner.state())?
     }

@@ -296,6 +296,13 @@ pub trait ForgettingStrategy: Send {
         None
     }
 
+    /// The samples this strategy keeps of past tasks and their size
+    /// ([`StoredSamples::of`]), for report.json's `memory.stored`; `None` (the default) for a
+    /// strategy that stores no samples.
+    fn stored_samples(&self, _stream: &Stream) -> Option<StoredSamples> {
+        None
+    }
+
     /// The state to checkpoint.
     fn state(&self) -> Result<StrategyState> {
         Ok(StrategyState::default())
@@ -304,6 +311,51 @@ pub trait ForgettingStrategy: Send {
     /// Restores a state saved by [`ForgettingStrategy::state`].
     fn load_state(&mut self, _state: StrategyState, _device: &Device) -> Result<()> {
         Ok(())
+    }
+}
+
+/// What a sample-storing strategy (replay, DER++, GDumb, A-GEM, ER-ACE) keeps, in bytes
+/// (report.json's `memory.stored`, one entry per strategy).
+///
+/// engram's memories hold [`SampleRef`]s into the dataset, not copies; `input_bytes` is what
+/// the stored samples' inputs take in the dataset's own type — what a copy of the buffer
+/// holds, the figure a deployment that does not keep the stream must budget: `samples ×
+/// features × value bytes` (a token sequence of `max_len` ids: `max_len × 4` bytes, an 8-bit
+/// 28×28 image: 784). `logit_bytes` are the `f32` logits stored beside the samples (DER++,
+/// logit replay: `4 ×` classes per sample), held as they are.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoredSamples {
+    /// Samples stored.
+    pub samples: usize,
+    /// Bytes one stored sample's input takes: `features × value bytes` (`max_len × 4` for
+    /// token ids).
+    pub sample_bytes: u64,
+    /// `samples × sample_bytes`, bytes.
+    pub input_bytes: u64,
+    /// Bytes of the `f32` logits stored with the samples (0 when none are).
+    pub logit_bytes: u64,
+    /// `input_bytes + logit_bytes`, bytes.
+    pub total_bytes: u64,
+    /// What the inputs are, with their element type: `token ids (uint32)`, `pixel bytes
+    /// (uint8)`, `floats (float32)` ([`crate::data::dataset::Values::kind`]).
+    pub dtype: String,
+}
+
+impl StoredSamples {
+    /// `samples` samples of `stream`'s training split with `logits` stored `f32` logits in all.
+    pub fn of(stream: &Stream, samples: usize, logits: usize) -> Self {
+        let split = &stream.dataset.train;
+        let sample_bytes = split.sample_bytes() as u64;
+        let input_bytes = samples as u64 * sample_bytes;
+        let logit_bytes = 4 * logits as u64;
+        Self {
+            samples,
+            sample_bytes,
+            input_bytes,
+            logit_bytes,
+            total_bytes: input_bytes + logit_bytes,
+            dtype: split.values.kind(),
+        }
     }
 }
 

@@ -77,10 +77,12 @@ pub fn plain_step(req: StepRequest<'_>) -> Result<StepOutcome> {
     let logits = view
         .forward_range_seeded(
             0..n,
-            Activation::Flat(to_dtype(
-                req.batch.x.clone(),
-                req.model.input_dtype(req.compute_dtype),
-            )),
+            Activation::from(
+                req.batch
+                    .x
+                    .clone()
+                    .to_dtype(req.model.input_dtype(req.compute_dtype)),
+            ),
             &ctx,
             req.rng_seed,
         )

@@ -106,6 +106,12 @@ pub struct MemoryReport {
     /// What each memory strategy reports ([`crate::strategy::MemoryStrategy::report`]), by name.
     #[serde(default)]
     pub strategies: std::collections::BTreeMap<String, serde_json::Value>,
+    /// The samples each sample-storing forgetting strategy keeps at the end of the run, by
+    /// name: count, bytes of their inputs in the data's own type (`max_len × 4` a token
+    /// sequence) and of their stored logits ([`crate::strategy::StoredSamples`]). Left out
+    /// while empty.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub stored: std::collections::BTreeMap<String, crate::strategy::StoredSamples>,
 }
 
 /// Whether `n` is 0 (a figure left out of `report.json` and `state.json` until measured).

@@ -273,7 +273,10 @@ impl ForgettingStrategy for MoeExperts {
             .batch(&refs, Part::Train, cx.position.task, cx.device);
         let tasks: Vec<i64> = refs.iter().map(|s| i64::from(s.task)).collect();
         let y = Tensor::<1, Int>::from_data(TensorData::new(tasks, [n]), cx.device);
-        let logp = log_softmax(block.router_logits(batch.x), 1);
+        let logp = log_softmax(
+            block.router_logits(Activation::from(batch.x).into_flat()),
+            1,
+        );
         let nll = logp.gather(1, y.unsqueeze_dim(1)).mean().neg();
         Some(nll.mul_scalar(self.p.router_weight * cx.controls.reg_scale))
     }

@@ -375,7 +375,7 @@ mod tests {
                 .collect();
             m = m.update_params(&mut |_, t| Some(t.sub_scalar(0.1 * g)));
             let batch = Batch {
-                x: Tensor::zeros([1, 2], &d),
+                x: Tensor::<2>::zeros([1, 2], &d).into(),
                 y: Tensor::zeros([1], &d),
                 weights: None,
                 logit_mask: None,

@@ -133,7 +133,7 @@ mod tests {
     use engram_core::burn::module::Module as _;
     use engram_core::burn::tensor::Device;
     use engram_core::data::stream::Part;
-    use engram_core::model::{Activation, ForwardCtx, Model};
+    use engram_core::model::{ForwardCtx, Model};
     use engram_core::strategy::ForgettingStrategy;
 
     /// `logit_penalty` at `distill = 0.5` and temperature `t` for a batch of one new row
@@ -161,7 +161,7 @@ mod tests {
         z.extend(now);
         let logits = Tensor::<2>::from_data(TensorData::new(z, [2, 3]), &device).require_grad();
         let batch = Batch {
-            x: Tensor::zeros([2, 1], &device),
+            x: Tensor::<2>::zeros([2, 1], &device).into(),
             y: Tensor::zeros([2], &device),
             weights: None,
             logit_mask: mask
@@ -250,7 +250,7 @@ mod tests {
             let b = stream.batch(&[sref], Part::Train, 1, &device.clone().inner());
             model
                 .valid()
-                .forward(Activation::Flat(b.x), &ForwardCtx::default())
+                .forward(b.input(), &ForwardCtx::default())
                 .into_data()
                 .try_to_vec::<f32>()
                 .unwrap()

@@ -5,7 +5,7 @@
 use super::{Replay, select};
 use engram_core::burn::module::Module as _;
 use engram_core::data::stream::{Part, SampleRef};
-use engram_core::model::{Activation, ForwardCtx};
+use engram_core::model::ForwardCtx;
 use engram_core::strategy::TaskContext;
 use engram_core::{Error, Result, rng};
 use rand::Rng as _;
@@ -151,8 +151,10 @@ impl Replay {
 }
 
 /// The training samples `refs` through the first `blocks` blocks of the inference copy of
-/// `cx.model` (no graph), in chunks of 500: the outputs flattened row-major `[refs, width]`,
-/// and `width` (0 for no rows).
+/// `cx.model` (no graph), in chunks of 500: the outputs row-major `[refs, width]` (token hidden
+/// states pooled as the model's head pools them, [`engram_core::model::Activation::into_features`]: a text sample's
+/// feature is its sentence vector `[d_model]`, not its `len × d_model` states), and `width` (0
+/// for no rows).
 pub(super) fn forward_rows(
     cx: &TaskContext<'_>,
     refs: &[SampleRef],
@@ -162,11 +164,12 @@ pub(super) fn forward_rows(
     let inner = cx.device.clone().inner();
     let ctx = ForwardCtx::default();
     let (mut out, mut width) = (Vec::new(), 0);
+    let pooling = engram_core::model::bert::pooling_of(&valid);
     for chunk in refs.chunks(500) {
         let b = cx.stream.batch(chunk, Part::Train, cx.task.index, &inner);
         let f = valid
-            .forward_range(0..blocks, Activation::Flat(b.x), &ctx)
-            .into_flat();
+            .forward_range(0..blocks, b.input(), &ctx)
+            .into_features(pooling);
         width = f.dims()[1];
         out.extend(
             f.into_data()

@@ -8,7 +8,7 @@ use engram_core::Result;
 use engram_core::burn::module::Module as _;
 use engram_core::burn::tensor::activation;
 use engram_core::data::stream::{Part, SampleRef};
-use engram_core::model::{Activation, ForwardCtx};
+use engram_core::model::ForwardCtx;
 use engram_core::rng;
 use engram_core::strategy::TaskContext;
 use rand::Rng as _;
@@ -124,7 +124,7 @@ impl Replay {
         let mut entropy_sum = 0.0f64;
         for chunk in refs.chunks(500) {
             let b = cx.stream.batch(chunk, Part::Train, t, &inner);
-            let logits = valid.forward(Activation::Flat(b.x.clone()), &ctx);
+            let logits = valid.forward(b.input(), &ctx);
             let logits = match &b.logit_mask {
                 Some(m) => logits + m.clone(),
                 None => logits,
@@ -393,7 +393,7 @@ mod tests {
                 .collect();
         let h: Vec<f32> = model
             .valid()
-            .forward_range(0..1, Activation::Flat(b.x), &ForwardCtx::default())
+            .forward_range(0..1, b.input(), &ForwardCtx::default())
             .into_flat()
             .into_data()
             .try_to_vec::<f32>()

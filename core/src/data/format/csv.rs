@@ -426,7 +426,7 @@ fn pixel_rule(meta: &mut Meta, values: Values, labels: &[u32], features: usize) 
 }
 
 /// Writes `train.csv` and `test.csv` into `dir`: header `label,x0,x1,…`, labels as class
-/// indices (the names go to `dataset.toml`), bytes as integers, floats in Rust's shortest
+/// indices (the names go to `dataset.toml`), bytes and token ids as integers, floats in Rust's shortest
 /// round-trip form (so they read back exactly).
 ///
 /// # Errors
@@ -447,6 +447,7 @@ pub fn write(ds: &Dataset, dir: &Path) -> Result<()> {
             match &split.values {
                 Values::U8(v) => row.extend(v[i * f..(i + 1) * f].iter().map(u8::to_string)),
                 Values::F32(v) => row.extend(v[i * f..(i + 1) * f].iter().map(f32::to_string)),
+                Values::Tokens(v) => row.extend(v[i * f..(i + 1) * f].iter().map(u32::to_string)),
             }
             w.write_record(&row).map_err(io)?;
         }

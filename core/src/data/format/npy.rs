@@ -59,6 +59,7 @@ fn decode<R: Read>(npy: NpyFile<R>, path: &Path, labels: bool) -> Result<(Vec<us
     let data = match (ty.type_char(), size) {
         (TypeChar::Uint, 1) if !labels => Data::U8(npy.into_vec::<u8>().map_err(io)?),
         (TypeChar::Float, 4) if !labels => Data::F32(npy.into_vec::<f32>().map_err(io)?),
+        (TypeChar::Uint, 4) if !labels => Data::U32(npy.into_vec::<u32>().map_err(io)?),
         (TypeChar::Float, 8) if !labels => Data::F32(
             npy.into_vec::<f64>()
                 .map_err(io)?
@@ -90,7 +91,7 @@ fn decode<R: Read>(npy: NpyFile<R>, path: &Path, labels: bool) -> Result<(Vec<us
                     if labels {
                         "labels must be integers (int8 … int64, uint8 … uint64)"
                     } else {
-                        "samples must be uint8 (pixels), float32 or float64"
+                        "samples must be uint8 (pixels), uint32 (token ids), float32 or float64"
                     }
                 ),
             ));
@@ -101,6 +102,8 @@ fn decode<R: Read>(npy: NpyFile<R>, path: &Path, labels: bool) -> Result<(Vec<us
 
 enum Data {
     U8(Vec<u8>),
+    /// Token ids (`uint32` samples).
+    U32(Vec<u32>),
     F32(Vec<f32>),
     I64(Vec<i64>),
 }
@@ -276,7 +279,8 @@ fn samples(path: &Path, shape: &[usize], data: Data) -> Result<(InputShape, Arra
     let values = match data {
         Data::U8(v) => Values::U8(v),
         Data::F32(v) => Values::F32(v),
-        Data::I64(_) => unreachable!("samples decode as u8 or f32"),
+        Data::U32(v) => Values::Tokens(v),
+        Data::I64(_) => unreachable!("samples decode as u8, u32 or f32"),
     };
     let is_channel = |d: usize| matches!(d, 1 | 3 | 4);
     let (input, values) = match *shape {
@@ -350,6 +354,7 @@ fn to_chw(values: Values, n: usize, h: usize, w: usize, c: usize) -> Values {
     match values {
         Values::U8(v) => Values::U8(t(&v, n, h, w, c)),
         Values::F32(v) => Values::F32(t(&v, n, h, w, c)),
+        Values::Tokens(v) => Values::Tokens(t(&v, n, h, w, c)),
     }
 }
 
@@ -455,6 +460,7 @@ pub fn write(ds: &Dataset, dir: &Path) -> Result<()> {
         match &split.values {
             Values::U8(v) => write_array(&path, &shape, v)?,
             Values::F32(v) => write_array(&path, &shape, v)?,
+            Values::Tokens(v) => write_array(&path, &shape, v)?,
         }
         let labels: Vec<i64> = split.labels.iter().map(|&l| i64::from(l)).collect();
         write_array(&dir.join(format!("{y}.npy")), &[n], &labels)?;

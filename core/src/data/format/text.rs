@@ -1,10 +1,11 @@
 //! What the text formats (`text-folder`, `jsonl`) share: reading a document's bytes, the
 //! seeded stratified split that keeps exact duplicates on one side, and the token dataset.
 //!
-//! A text dataset's sample is `InputShape::Features(max_len)` whose values are token ids as
-//! exact `f32` integers (`Values::F32`, every id below 2^24), truncated and padded with the
-//! tokenizer's pad id ([`crate::data::tokenizer::TextTokenizer`]); its normalisation is the
-//! identity (mean 0, std 1), so that a run never changes an id.
+//! A text dataset's sample is `InputShape::Features(max_len)` whose values are token ids
+//! (`Values::Tokens`, `uint32`: 4 bytes an id, exact for any vocabulary), truncated and padded
+//! with the tokenizer's pad id ([`crate::data::tokenizer::TextTokenizer`]); its normalisation
+//! is the identity (mean 0, std 1) and batches carry the ids as `Int`, so that a run never
+//! changes an id.
 //!
 //! - **Bytes that are not UTF-8** are decoded lossily (each bad sequence becomes U+FFFD, which
 //!   the tokenizer reads as an unknown token) with one warning that counts the documents and
@@ -253,7 +254,7 @@ pub fn drop_shared(train: &[Doc], test: Vec<Doc>, format: &str) -> Vec<Doc> {
 }
 
 /// Tokenizes both splits and assembles the token dataset (module docs): shape
-/// `[max_len]`, ids as `f32`, mean 0 and std 1, `class_names` in label order.
+/// `[max_len]`, ids as `uint32` ([`Values::Tokens`]), mean 0 and std 1, `class_names` in label order.
 ///
 /// # Errors
 /// [`Error::DataFile`] naming `dir` when a split has no documents; the tokenizer's errors;
@@ -278,7 +279,7 @@ pub fn assemble(
         let texts: Vec<&str> = docs.iter().map(|d| d.text.as_str()).collect();
         let ids = tok.encode(&texts)?;
         Ok(Raw {
-            values: Values::F32(ids.into_iter().map(|i| i as f32).collect()),
+            values: Values::Tokens(ids),
             labels: docs.iter().map(|d| d.label).collect(),
         })
     };

@@ -37,10 +37,10 @@ fn write(path: &Path, bytes: &[u8]) {
 }
 
 fn ids(ds_values: &Values) -> Vec<u32> {
-    let Values::F32(v) = ds_values else {
-        panic!("token ids are f32")
+    let Values::Tokens(v) = ds_values else {
+        panic!("token ids are stored as Values::Tokens")
     };
-    v.iter().map(|&x| x as u32).collect()
+    v.clone()
 }
 
 const STRIKER: [u32; 8] = [2, 58, 137, 199, 138, 184, 7, 3];
@@ -287,4 +287,63 @@ fn csv_reads_a_text_column_and_refuses_text_keys_without_it() {
         matches!(&err, Error::Config { line: 5, message, .. } if message.contains("`tokenizer` applies to text only")),
         "{err}"
     );
+}
+
+/// Token ids reach a batch as the tokenizer gave them, whatever their size: the tiny
+/// tokenizer with `the` renumbered to 2^24 + 1 (which no `f32` holds: it reads 2^24) and `.`
+/// to 30521 (BERT's last id), through the text-folder format, the stream and a batch's `Int`
+/// ids; the stored values take 4 bytes an id.
+#[test]
+fn a_batch_holds_the_tokenizers_ids_exactly_above_2_pow_24() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tokenizer()).unwrap()).unwrap();
+    let big: u32 = (1 << 24) + 1;
+    json["model"]["vocab"]["the"] = big.into();
+    json["model"]["vocab"]["."] = 30521.into();
+    let tok = r.join("big.json");
+    std::fs::write(&tok, json.to_string()).unwrap();
+    assert_eq!(big as f32 as u32, 1 << 24, "2^24 + 1 is not an f32");
+    write(&r.join("data/sport/a.txt"), b"The striker scored.");
+    write(&r.join("data/business/b.txt"), b"Shares fell.");
+    write(&r.join("data/business/c.txt"), b"The market rose.");
+    let src = format!(
+        "[data]\nformat = \"text-folder\"\npath = \".\"\ntasks = 1\nclasses_per_task = 2\n[data.options]\ntokenizer = {:?}\nmax_len = 8\ntest_fraction = 0.5\n[model]\ntype = \"mlp\"\n",
+        tok.display().to_string()
+    );
+    let cfg = crate::config::LoadedConfig::from_source(Path::new("t.toml"), src).unwrap();
+    let options = cfg.params("data.options", 0);
+    let ds = super::text_folder::read(&DatasetRequest {
+        name: "t",
+        path: Some(&r.join("data")),
+        options: &options,
+        base_dir: Path::new(""),
+    })
+    .unwrap();
+    let striker = [2, big, 137, 199, 138, 184, 30521, 3];
+    let want = crate::data::tokenizer::TextTokenizer::load(&tok, 8)
+        .unwrap()
+        .encode(&["The striker scored."])
+        .unwrap();
+    assert_eq!(want, striker);
+    let row = ds.train.labels.iter().position(|&l| l == 1).unwrap();
+    assert_eq!(ds.train.token_row(row).unwrap(), striker);
+    assert_eq!(ds.train.sample_bytes(), 8 * 4);
+    assert_eq!(ds.train.values.dtype(), "uint32");
+    let stream =
+        crate::data::stream::Stream::build(std::sync::Arc::new(ds), &cfg.config.data, 0).unwrap();
+    let refs = [crate::data::stream::SampleRef {
+        task: 0,
+        index: row as u32,
+    }];
+    let b = stream.batch(
+        &refs,
+        crate::data::stream::Part::Train,
+        0,
+        &burn::tensor::Device::flex(),
+    );
+    assert!(b.x.is_ids());
+    let got: Vec<i64> = b.x.to_i64();
+    assert_eq!(got, striker.map(i64::from));
 }

@@ -12,7 +12,8 @@ use burn::tensor::{Bool, DType, Int, Tensor, activation};
 pub const MASKED_SCORE: f32 = -1.0e4;
 
 /// Token, position and token-type embeddings, summed, layer-normalised and dropped out:
-/// ids `[batch, tokens]` (a flat float activation of exact integers, the data's token ids) →
+/// ids `[batch, tokens]` ([`Activation::Ids`], a text batch's input; a flat float activation of
+/// exact integers is read as ids too, for float data that holds them) →
 /// [`Activation::Tokens`] `[batch, tokens, hidden]` with the mask `ids != pad_id`. Every token's
 /// type is 0 and positions count from 0.
 #[derive(Module, Debug)]
@@ -34,11 +35,13 @@ pub struct Embeddings {
 
 impl Block for Embeddings {
     fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
-        let x = x.into_flat();
         // The output takes the parameters' dtype (the compute dtype under mixed precision);
-        // the ids come in `f32` there ([`Model::input_dtype`](crate::model::Model::input_dtype)).
+        // float ids come in `f32` there ([`Model::input_dtype`](crate::model::Model::input_dtype)).
         let dt = self.word.weight.val().dtype();
-        let ids: Tensor<2, Int> = x.cast(DType::F32).int();
+        let ids: Tensor<2, Int> = match x {
+            Activation::Ids(ids) => ids,
+            other => other.into_flat().cast(DType::F32).int(),
+        };
         let mask: Tensor<2, Bool> = ids.clone().not_equal_elem(self.pad_id as i64);
         let [_, len] = ids.dims();
         let words = self.word.forward(ids);

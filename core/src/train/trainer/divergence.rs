@@ -101,12 +101,7 @@ fn loss_parts(s: &StepScene<'_>) -> String {
     let n = s.model.num_blocks();
     let logits = s
         .model
-        .forward_range_seeded(
-            0..n,
-            Activation::Flat(s.batch.x.clone()),
-            &s.batch.forward_ctx(),
-            s.rng_seed,
-        )
+        .forward_range_seeded(0..n, s.batch.input(), &s.batch.forward_ctx(), s.rng_seed)
         .into_flat();
     let ce = per_sample_cross_entropy(logits.clone(), s.batch);
     let ce = match &s.batch.weights {

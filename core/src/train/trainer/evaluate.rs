@@ -111,7 +111,7 @@ fn forward_task(
         .collect();
     for chunk in refs.chunks(batch.max(1)) {
         let b = stream.batch(chunk, part, seen, device);
-        let mut logits = model.forward(Activation::Flat(b.x.clone()), &ctx);
+        let mut logits = model.forward(b.input(), &ctx);
         if let Some(m) = &b.logit_mask {
             logits = logits + m.clone();
         }

@@ -43,7 +43,7 @@ use crate::config::{LoadedConfig, OptimizerKind, Scenario};
 use crate::data::stream::{Batch, Part, SampleRef, Stream};
 use crate::error::{Error, Result};
 use crate::fsutil::write_atomic;
-use crate::model::{Activation, ForwardCtx, Model};
+use crate::model::{ForwardCtx, Model};
 use crate::registry::{BuildContext, Registry};
 use crate::rng;
 use crate::strategy::{
@@ -196,6 +196,7 @@ fn fresh_start(p: &Prepared, ad: &Device) -> Result<(Model, ModuleOptimizer, Pro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Activation;
     use crate::model::mlp::{ActivationKind, build_mlp};
     use burn::tensor::TensorData;
 

@@ -74,6 +74,14 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     };
     let stream = Stream::build(Arc::new(ds), &c.data, c.run.seed)
         .map_err(|e| cfg.error_at("data", key, e.to_string(), None))?;
+    if stream.dataset.train.values.is_tokens() && stream.scenario == Scenario::DomainIncremental {
+        return Err(cfg.error_at(
+            "data",
+            "scenario",
+            "the domain-incremental scenario permutes each sample's values; this data holds token ids, which a permutation turns into other sentences, not the same text in a new domain".into(),
+            Some("use scenario = \"class-incremental\" or \"task-incremental\" for text".into()),
+        ));
+    }
     if let Some(a) = &c.data.augment {
         crate::data::augment::check(a, stream.dataset.input, stream.scenario)
             .map_err(|m| cfg.error_at("data", "augment", m, None))?;

@@ -96,6 +96,11 @@ pub(super) fn build_report(
         .iter()
         .filter_map(|s| Some((s.name().to_string(), s.report()?)))
         .collect();
+    mem.stored = p
+        .forgetting
+        .iter()
+        .filter_map(|f| Some((f.name().to_string(), f.stored_samples(stream)?)))
+        .collect();
     let mut timings = pr.record.timings.clone();
     timings.setup_s += p.setup_s;
     timings.total_s = total_s;
@@ -121,10 +126,15 @@ pub(super) fn build_report(
             .is_none()
             .then(|| pr.results.baseline.clone()),
         init: pr.origin.init.clone(),
-        normalization: Some(crate::data::shape::normalization_rule(
-            stream.dataset.input,
-            stream.dataset.train.mean.len(),
-        )),
+        normalization: Some(if stream.dataset.train.values.is_tokens() {
+            "none: token ids (uint32) reach the model as Int ids, as the tokenizer gave them"
+                .to_string()
+        } else {
+            crate::data::shape::normalization_rule(
+                stream.dataset.input,
+                stream.dataset.train.mean.len(),
+            )
+        }),
         metrics: m,
         task_il_accuracy_matrix: (stream.scenario == Scenario::ClassIncremental)
             .then(|| pr.results.task_il_matrix.clone()),
