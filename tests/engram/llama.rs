@@ -418,3 +418,52 @@ fn amp_keeps_the_rms_norms_f32() {
     assert_eq!(got.len(), want.len());
     assert!(worst <= 0.02 * scale, "{worst} of {scale}");
 }
+
+/// A config.json asking for what engram's Llama does not compute is refused by name, not
+/// loaded into a model that would compute something else: another activation, biases, RoPE
+/// scaling, a head width other than hidden / heads, key/value heads that do not divide the
+/// query heads; a file that is not a config at all says so.
+#[test]
+fn unsupported_configs_are_refused() {
+    let base: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(data_dir("llama-tiny").join("config.json")).unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (key, value, want) in [
+        ("hidden_act", serde_json::json!("gelu"), "hidden_act `gelu`"),
+        ("attention_bias", serde_json::json!(true), "attention_bias"),
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "linear", "factor": 2.0}),
+            "rope_scaling",
+        ),
+        (
+            "rope_parameters",
+            serde_json::json!({"rope_type": "llama3", "rope_theta": 1e5}),
+            "rope_type `llama3`",
+        ),
+        ("head_dim", serde_json::json!(16), "the geometry"),
+        ("num_key_value_heads", serde_json::json!(3), "the geometry"),
+        (
+            "vocab_size",
+            serde_json::json!("many"),
+            "not a Llama config.json",
+        ),
+    ] {
+        let mut c = base.clone();
+        c[key] = value;
+        std::fs::write(dir.path().join("config.json"), c.to_string()).unwrap();
+        let err = hf::HfConfig::read(dir.path()).unwrap_err().to_string();
+        assert!(err.contains(want), "{key}: {err}");
+    }
+    let ok = hf::HfConfig::read(&data_dir("llama-tiny")).unwrap();
+    assert_eq!(ok.rope_base(), 1e5);
+    assert_eq!(
+        ok.shape(),
+        LlamaShape {
+            vocab: 300,
+            ..tiny_shape(true)
+        }
+    );
+}
