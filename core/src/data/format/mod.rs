@@ -471,9 +471,12 @@ pub fn required_dir<'a>(req: &super::DatasetRequest<'a>, format: &str) -> Result
         Some(p) => Err(Error::DatasetMissing {
             name: req.name.to_string(),
             searched: p.display().to_string(),
-            hint: format!(
-                "`[data] path` names no file or directory; `engram data export NAME --format {format} --out DIR` writes one"
-            ),
+            hint: match crate::data::catalog::fetch_hint(p) {
+                Some(fetch) => format!("`[data] path` names no file or directory; {fetch}"),
+                None => format!(
+                    "`[data] path` names no file or directory; `engram data export NAME --format {format} --out DIR` writes one"
+                ),
+            },
         }),
         None => Err(Error::DatasetMissing {
             name: req.name.to_string(),
