@@ -133,11 +133,12 @@ pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
             let dir = registry.write_data(&ds, format, out)?;
             if !cli.quiet {
                 println!(
-                    "{}: {} train and {} test samples of {} in {} classes, written as {format}",
+                    "{}: {} train and {} test samples of {}, stored as {}, in {} classes, written as {format}",
                     dir.display(),
                     ds.train.len(),
                     ds.test.len(),
                     ds.input,
+                    ds.train.values.kind(),
                     ds.classes
                 );
             }
