@@ -297,7 +297,11 @@ impl Registry {
     pub fn check_names(&self, cfg: &LoadedConfig) -> Result<()> {
         self.model_entry(cfg)?;
         let c = &cfg.config;
-        if self.provided_for(&c.data).is_none() {
+        if !c.data.stream.is_empty() {
+            for i in 0..c.data.stream.len() {
+                self.stream_entry(cfg, i)?;
+            }
+        } else if self.provided_for(&c.data).is_none() {
             self.data_entry(cfg)?;
         }
         let lists = [

@@ -11,6 +11,7 @@ mod book;
 mod cifar;
 mod corpora;
 mod corrupt_data;
+mod data_stream;
 mod divergence;
 mod e2e;
 mod fetch;

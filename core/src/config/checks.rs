@@ -55,6 +55,7 @@ impl LoadedConfig {
             ));
         }
         self.check_tasks()?;
+        self.check_stream()?;
         self.check_list_lengths()?;
         if c.train.batch_size == 0 || c.train.eval_batch_size == 0 || c.train.epochs == 0 {
             return Err(self.error_at(

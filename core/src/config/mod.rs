@@ -20,6 +20,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 mod augment;
 mod checks;
+mod data_stream;
 mod divergence;
 mod overrides;
 mod params;
@@ -27,6 +28,7 @@ mod spans;
 mod tasks;
 
 pub use augment::*;
+pub use data_stream::*;
 pub use divergence::*;
 pub use overrides::*;
 pub use params::*;
@@ -143,6 +145,10 @@ pub struct DataConfig {
     /// Class-incremental only: mask logits of classes not yet seen. Default false.
     #[serde(default)]
     pub mask_logits: bool,
+    /// `[[data.stream]]`: one task per entry, each its own dataset ([`StreamEntry`]), instead
+    /// of one dataset dealt into tasks. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stream: Vec<StreamEntry>,
 }
 
 fn default_scenario() -> Scenario {
@@ -506,6 +512,7 @@ impl LoadedConfig {
             source: self.source.clone(),
             list,
             index,
+            inner: None,
         }
     }
 

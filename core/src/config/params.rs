@@ -13,6 +13,9 @@ pub struct ParamSource {
     pub(super) source: Arc<str>,
     pub(super) list: &'static str,
     pub(super) index: usize,
+    /// A table inside the entry whose keys these are (`options` of a `[[data.stream]]`
+    /// entry), or `None` for the entry's own keys.
+    pub(super) inner: Option<&'static str>,
 }
 
 impl ParamSource {
@@ -24,7 +27,31 @@ impl ParamSource {
             source: Arc::from(format!("[[inline]]\n{text}\n")),
             list: "inline",
             index: 0,
+            inner: None,
         }
+    }
+
+    /// The keys of table `key` inside this entry instead of the entry's own
+    /// (`[data.stream.options]` of `[[data.stream]]` entry `index`).
+    pub fn nested(self, key: &'static str) -> Self {
+        Self {
+            inner: Some(key),
+            ..self
+        }
+    }
+
+    /// Table `inner` of `entry` when [`ParamSource::nested`] names one (an empty table spanning
+    /// the entry when it is absent), else `entry`.
+    fn descend<'b>(&self, entry: Spanned<DeValue<'b>>) -> Spanned<DeValue<'b>> {
+        let Some(key) = self.inner else {
+            return entry;
+        };
+        let span = entry.span();
+        match entry.get_ref() {
+            DeValue::Table(t) => t.get(key).cloned(),
+            _ => None,
+        }
+        .unwrap_or_else(|| Spanned::new(span.start..span.start, DeValue::Table(DeTable::new())))
     }
 
     /// Decodes this entry's keys (all but `type`, and for `[model]` the `init` keys of
@@ -42,6 +69,7 @@ impl ParamSource {
                 _ => None,
             });
         let entry = entry.unwrap_or_else(|| Spanned::new(0..0, DeValue::Table(DeTable::new())));
+        let entry = self.descend(entry);
         let span = entry.span();
         let table = match entry.into_inner() {
             DeValue::Table(t) => t,
@@ -123,6 +151,7 @@ impl ParamSource {
                 DeValue::Array(a) => a.get(self.index)?.clone(),
                 _ => v.clone(),
             };
+            let entry = self.descend(entry);
             let start = entry.span().start;
             match entry.get_ref() {
                 DeValue::Table(t) => {

@@ -16,6 +16,7 @@ pub mod format;
 pub mod idx;
 pub mod input;
 pub mod shape;
+pub mod sources;
 pub mod stream;
 pub mod tokenizer;
 pub mod transform;

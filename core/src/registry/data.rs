@@ -102,6 +102,123 @@ impl Registry {
         Ok(ds)
     }
 
+    /// The entry `[[data.stream]]` entry `index` names (its `format`, else its `dataset`), or
+    /// `None` for a dataset the program provided ([`Registry::provide`]).
+    ///
+    /// # Errors
+    /// A positioned [`Error::Config`] for an unknown name, or an entry naming no data.
+    pub fn stream_entry(&self, cfg: &LoadedConfig, index: usize) -> Result<Option<&Entry>> {
+        let e = &cfg.config.data.stream[index];
+        match &e.format {
+            Some(f) => {
+                let at = cfg.entry_position("data.stream", index, "format");
+                self.lookup_at(cfg, Kind::Format, at, f).map(Some)
+            }
+            None if e.dataset.is_empty() => Err(cfg.stream_error(
+                index,
+                "dataset",
+                format!("[[data.stream]] entry {} names no data: give `dataset` (a registered dataset) or `format`", index + 1),
+                Some(format!(
+                    "for example `dataset = \"mnist\"`, or `format = \"jsonl\"` with `path = \"DIR\"`; registered: {}",
+                    self.names(Kind::Dataset).join(", ")
+                )),
+            )),
+            None if self.provided.iter().any(|p| p.name == e.dataset) => Ok(None),
+            None => {
+                let at = cfg.entry_position("data.stream", index, "dataset");
+                self.lookup_at(cfg, Kind::Dataset, at, &e.dataset).map(Some)
+            }
+        }
+    }
+
+    /// Loads `[[data.stream]]` entry `index`'s data as [`Registry::load_dataset`] loads
+    /// `[data]`'s: its `path` relative to the config's directory (with `format` and no `path`,
+    /// `$ENGRAM_DATA/<dataset>`), then its `shape`, `mean` and `std`.
+    ///
+    /// # Errors
+    /// As [`Registry::load_dataset`], positioned at the entry's keys.
+    pub fn load_stream_entry(
+        &self,
+        cfg: &LoadedConfig,
+        index: usize,
+    ) -> Result<crate::data::sources::Source> {
+        let e = &cfg.config.data.stream[index];
+        let path = match (&e.path, &e.format) {
+            (Some(p), _) => Some(crate::fsutil::relative_to(&cfg.base_dir, p)),
+            (None, Some(_)) => Some(crate::data::catalog::data_root().join(&e.dataset)),
+            (None, None) => None,
+        };
+        let mut ds = match self.stream_entry(cfg, index)? {
+            None => {
+                let provided = self.provided.iter().find(|p| p.name == e.dataset);
+                provided.map(|d| (**d).clone()).ok_or_else(|| {
+                    Error::Usage(format!("dataset `{}` is no longer provided", e.dataset))
+                })?
+            }
+            Some(entry) => read_entry(
+                entry,
+                &e.dataset,
+                path.as_deref(),
+                &cfg.params("data.stream", index).nested("options"),
+                &cfg.base_dir,
+            )?,
+        };
+        crate::data::transform::apply(
+            &mut ds,
+            e.shape.as_deref(),
+            e.mean.as_deref(),
+            e.std.as_deref(),
+        )
+        .map_err(|r| cfg.stream_error(index, r.key, r.message, r.hint))?;
+        Ok(crate::data::sources::Source {
+            dataset: ds,
+            label_space: e.label_space.clone(),
+            subsample: e.subsample,
+            test_subsample: e.test_subsample,
+        })
+    }
+
+    /// The stream of tasks `cfg`'s `[data]` describes: its dataset dealt into tasks
+    /// ([`crate::data::stream::Stream::build`]), or one task per `[[data.stream]]` entry
+    /// ([`crate::data::sources::build`]), every draw from `[run] seed`.
+    ///
+    /// # Errors
+    /// As [`Registry::load_dataset`] and [`Registry::load_stream_entry`]; a positioned
+    /// [`Error::Config`] for settings the data cannot fill (at `tasks` or `classes_per_task`),
+    /// for stream entries whose shapes, kinds of values or tokenizers differ, and for a shared
+    /// label space whose classes differ by name.
+    pub fn stream(&self, cfg: &LoadedConfig) -> Result<crate::data::stream::Stream> {
+        let c = &cfg.config;
+        if c.data.stream.is_empty() {
+            let data_path = c
+                .data
+                .path
+                .as_ref()
+                .map(|p| crate::fsutil::relative_to(&cfg.base_dir, p));
+            let ds = self.load_dataset(cfg, data_path.as_deref())?;
+            let listed = c
+                .data
+                .classes_per_task
+                .as_ref()
+                .and_then(|l| l.listed_tasks());
+            let key = if listed.is_some() {
+                "classes_per_task"
+            } else {
+                "tasks"
+            };
+            return crate::data::stream::Stream::build(Arc::new(ds), &c.data, c.run.seed)
+                .map_err(|e| cfg.error_at("data", key, e.to_string(), None));
+        }
+        let sources = (0..c.data.stream.len())
+            .map(|i| self.load_stream_entry(cfg, i))
+            .collect::<Result<Vec<_>>>()?;
+        if sources[0].dataset.train.values.is_tokens() {
+            same_tokenizer(cfg)?;
+        }
+        crate::data::sources::build(sources, &c.data, c.run.seed)
+            .map_err(|r| cfg.stream_error(r.entry, r.key, r.message, r.hint))
+    }
+
     /// Reads a dataset outside a config (`engram data export`): the registered dataset `name`
     /// (from `path` when given), or with `format` the data at `path` (`name` being its display
     /// name, may be empty).
@@ -195,4 +312,42 @@ fn read_entry(
     };
     check_dataset(&ds)?;
     Ok(ds)
+}
+
+/// Refuses `[[data.stream]]` entries of text whose tokenizers (`[data.stream.options]
+/// tokenizer`) are different files: one model reads every task's token ids, so the same id
+/// must mean the same token in each.
+///
+/// # Errors
+/// A positioned [`Error::Config`] at the first entry whose tokenizer differs from the first
+/// entry's, in bytes.
+fn same_tokenizer(cfg: &LoadedConfig) -> Result<()> {
+    let tokenizer = |i: usize| {
+        let e = &cfg.config.data.stream[i];
+        let p = e.options.as_ref()?.get("tokenizer")?.as_str()?;
+        Some(crate::fsutil::relative_to(&cfg.base_dir, Path::new(p)))
+    };
+    let Some(first) = tokenizer(0) else {
+        return Ok(());
+    };
+    let read = |p: &Path| std::fs::read(p).ok();
+    let first_bytes = read(&first);
+    for i in 1..cfg.config.data.stream.len() {
+        let Some(mine) = tokenizer(i) else { continue };
+        if mine != first && read(&mine) != first_bytes {
+            return Err(cfg
+                .params("data.stream", i)
+                .nested("options")
+                .key_error(
+                    "tokenizer",
+                    format!(
+                        "tokenizer {} differs from the first entry's ({}); one model reads every task's token ids",
+                        mine.display(),
+                        first.display()
+                    ),
+                    Some("give every [[data.stream]] entry the same tokenizer.json".into()),
+                ));
+        }
+    }
+    Ok(())
 }

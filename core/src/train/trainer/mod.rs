@@ -57,7 +57,6 @@ use burn::optim::{
 };
 use burn::tensor::{Device, Tensor, activation};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// `e` as an error of strategy `name`; an error that already names that strategy is kept as

@@ -60,20 +60,7 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
         .map_err(|e| cfg.error_at("run", "device", e.to_string(), None))?;
     // Names are looked up before the data is read, so that a misspelt name says so at once.
     registry.check_names(&cfg)?;
-    let data_path = c.data.path.as_ref().map(|p| relative_to(&cfg.base_dir, p));
-    let ds = registry.load_dataset(&cfg, data_path.as_deref())?;
-    let listed = c
-        .data
-        .classes_per_task
-        .as_ref()
-        .and_then(|l| l.listed_tasks());
-    let key = if listed.is_some() {
-        "classes_per_task"
-    } else {
-        "tasks"
-    };
-    let stream = Stream::build(Arc::new(ds), &c.data, c.run.seed)
-        .map_err(|e| cfg.error_at("data", key, e.to_string(), None))?;
+    let stream = registry.stream(&cfg)?;
     if stream.dataset.train.values.is_tokens() && stream.scenario == Scenario::DomainIncremental {
         return Err(cfg.error_at(
             "data",

@@ -1,0 +1,169 @@
+//! `[[data.stream]]`: a stream whose tasks are different datasets (Avalanche's
+//! `benchmark_from_datasets`), one task per entry, in order. Each entry names its data with the
+//! keys `[data]` uses for one dataset (`dataset`, `format`, `path`, `shape`, `mean`, `std`,
+//! `[data.stream.options]`), read by the same readers; [`crate::data::sources`] puts the
+//! entries' classes into one label space and their samples into one dataset.
+//!
+//! The checks here are those of the config alone (keys that a stream replaces, a scenario that
+//! does not deal datasets, a cap of 0); what needs the data (shapes, class names of a shared
+//! label space, tokenizers) is checked when the data is read, at the entry's line.
+
+use super::*;
+
+/// One `[[data.stream]]` entry: one task's dataset.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StreamEntry {
+    /// A registered dataset (`mnist`, `fashion-mnist`, a plugin's); with `format`, only the
+    /// data's display name. Required without `format`.
+    #[serde(default)]
+    pub dataset: String,
+    /// A data format reading `path` (`idx`, `npy`, `csv`, `image-folder`, `text-folder`,
+    /// `jsonl`, a plugin's). Default: none (`dataset` names a registered dataset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    /// The data's directory, relative to the config file. With `format` and no `path`:
+    /// `$ENGRAM_DATA/<dataset>` (`./data/<dataset>` when `ENGRAM_DATA` is unset), where
+    /// `engram data fetch` writes; for a registered dataset its own search.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// The normalisation's mean, as `[data] mean`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<Vec<f32>>,
+    /// The normalisation's standard deviations, as `[data] std`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub std: Option<Vec<f32>>,
+    /// One sample's shape, as `[data] shape`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<usize>>,
+    /// `[data.stream.options]`: the format's or dataset's own keys, as `[data.options]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<toml::Table>,
+    /// The label space the entry's classes belong to: entries naming the same space share its
+    /// logits, classes matched by name (two releases of a spam corpus, both `ham`/`spam`).
+    /// Default: the entry's own classes, after those of the entries before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_space: Option<String>,
+    /// Keep at most this many training samples of this task (drawn from the seed). Default:
+    /// `[data] subsample`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subsample: Option<usize>,
+    /// Keep at most this many test (and validation) samples of this task. Default:
+    /// `[data] test_subsample`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_subsample: Option<usize>,
+}
+
+/// The `[data]` keys that name one dataset or deal it into tasks, which `[[data.stream]]`
+/// replaces (each entry names its data; each entry is a task).
+const REPLACED: [&str; 10] = [
+    "dataset",
+    "format",
+    "path",
+    "mean",
+    "std",
+    "shape",
+    "options",
+    "tasks",
+    "classes_per_task",
+    "class_order",
+];
+
+impl LoadedConfig {
+    /// The position of key `key` of entry `index` of the array of tables `list` (a dotted path,
+    /// `data.stream`), or of the entry when the key is absent.
+    pub fn entry_position(&self, list: &'static str, index: usize, key: &str) -> (usize, usize) {
+        match self.params(list, index).key_error(key, String::new(), None) {
+            Error::Config { line, column, .. } => (line, column),
+            _ => (1, 1),
+        }
+    }
+
+    /// A positioned [`Error::Config`] at key `key` of `[[data.stream]]` entry `index`.
+    pub fn stream_error(
+        &self,
+        index: usize,
+        key: &str,
+        message: String,
+        hint: Option<String>,
+    ) -> Error {
+        self.params("data.stream", index)
+            .key_error(key, message, hint)
+    }
+
+    /// `[[data.stream]]`'s checks: with entries, no `[data]` key they replace, a split
+    /// scenario, and no cap of 0.
+    pub(super) fn check_stream(&self) -> Result<()> {
+        let d = &self.config.data;
+        if d.stream.is_empty() {
+            return Ok(());
+        }
+        let table: toml::Table = toml::from_str(&self.source).unwrap_or_default();
+        let data = table.get("data").and_then(toml::Value::as_table);
+        if let Some(key) = REPLACED
+            .iter()
+            .find(|k| data.is_some_and(|t| t.contains_key(**k)))
+        {
+            let hint = if matches!(*key, "tasks" | "classes_per_task" | "class_order") {
+                "remove it: the stream has one task per [[data.stream]] entry, with that entry's classes".into()
+            } else {
+                format!(
+                    "move `{key}` into the [[data.stream]] entries that need it, or remove the entries to deal one dataset"
+                )
+            };
+            return Err(self.error_at(
+                "data",
+                key,
+                format!("`{key}` names one dataset or deals it into tasks; with [[data.stream]] each entry is one task's dataset"),
+                Some(hint),
+            ));
+        }
+        if d.scenario == Scenario::DomainIncremental {
+            return Err(self.error_at(
+                "data",
+                "scenario",
+                "a domain-incremental scenario permutes one dataset's pixels into tasks; [[data.stream]] gives each task its own dataset".into(),
+                Some("use scenario = \"class-incremental\" (the default) or \"task-incremental\"; entries that share a label space (`label_space`) are a domain shift".into()),
+            ));
+        }
+        if d.stream.len() > u16::MAX as usize {
+            return Err(self.stream_error(
+                u16::MAX as usize,
+                "dataset",
+                format!(
+                    "{} [[data.stream]] entries; a stream holds at most {} tasks",
+                    d.stream.len(),
+                    u16::MAX
+                ),
+                None,
+            ));
+        }
+        for (i, e) in d.stream.iter().enumerate() {
+            for (key, cap) in [
+                ("subsample", e.subsample),
+                ("test_subsample", e.test_subsample),
+            ] {
+                if cap == Some(0) {
+                    return Err(self.stream_error(
+                        i,
+                        key,
+                        "a subsample of 0 samples leaves nothing to train or evaluate".into(),
+                        None,
+                    ));
+                }
+            }
+            if e.label_space
+                .as_deref()
+                .is_some_and(|s| s.trim().is_empty())
+            {
+                return Err(self.stream_error(
+                    i,
+                    "label_space",
+                    "an empty label_space names no space".into(),
+                    Some("name the space the entries share, e.g. label_space = \"spam\", or remove it".into()),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
