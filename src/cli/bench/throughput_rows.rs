@@ -92,8 +92,12 @@ const MIB: f64 = 1048576.0;
 /// One round's figures at one thread count: engram's child, and the twin's when it ran.
 type Run = (Value, Option<Value>);
 
-fn cell(v: Option<f64>, scale: f64, digits: usize) -> String {
-    v.map_or("-".into(), |v| format!("{:.digits$}", v / scale))
+fn mib(bytes: Option<f64>) -> String {
+    bytes.map_or("-".into(), |b| format!("{:.0} MiB", b / MIB))
+}
+
+fn cell(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.2}"))
 }
 
 /// Runs the rounds and prints one line per round and thread count, then the table of medians.
@@ -105,12 +109,8 @@ pub fn rows(a: &ThroughputArgs, r: &Resolved, counts: &[usize]) -> Result<Rows> 
             let t = twin(a, r, n);
             println!(
                 "round {round}, {n} thread(s): engram {} samples/s, PyTorch {}",
-                cell(e["train_samples_per_s"].as_f64(), 1.0, 2),
-                cell(
-                    t.as_ref().and_then(|t| t["train_samples_per_s"].as_f64()),
-                    1.0,
-                    2
-                )
+                cell(e["train_samples_per_s"].as_f64()),
+                cell(t.as_ref().and_then(|t| t["train_samples_per_s"].as_f64()))
             );
             runs[i].push((e, t));
         }
@@ -143,11 +143,11 @@ pub fn rows(a: &ThroughputArgs, r: &Resolved, counts: &[usize]) -> Result<Rows> 
         }
         let ratio = ts.map(|ts| e / ts);
         println!(
-            "{n:>7} {e:>18.2} {:>18} {:>15} {:>13} MiB {:>14} MiB",
-            cell(ts, 1.0, 2),
+            "{n:>7} {e:>18.2} {:>18} {:>15} {:>17} {:>18}",
+            cell(ts),
             ratio.map_or("-".into(), |v| format!("{v:.2}x")),
-            cell(e_rss, MIB, 0),
-            cell(t_rss, MIB, 0),
+            mib(e_rss),
+            mib(t_rss),
         );
         out.rows.push(json!({
             "threads": n,
