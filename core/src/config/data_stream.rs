@@ -167,3 +167,38 @@ impl LoadedConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The config's error for a stream of two entries with `data` in `[data]` and `entry` in
+    /// the second entry: `(line, message)`.
+    fn refused(data: &str, entry: &str) -> (usize, String) {
+        let text = format!(
+            "[data]\n{data}\n[[data.stream]]\ndataset = \"mnist\"\n[[data.stream]]\ndataset = \"fashion-mnist\"\n{entry}\n[model]\ntype = \"mlp\"\n"
+        );
+        match LoadedConfig::from_source(Path::new("s.toml"), text) {
+            Err(Error::Config { line, message, .. }) => (line, message),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_stream_refuses_the_keys_it_replaces_and_what_cannot_be_a_task() {
+        let (line, m) = refused("dataset = \"mnist\"", "");
+        assert_eq!(line, 2);
+        assert!(m.starts_with("`dataset` names one dataset"), "{m}");
+        let (line, m) = refused("scenario = \"domain-incremental\"", "");
+        assert_eq!(line, 2);
+        assert!(m.contains("gives each task its own dataset"), "{m}");
+        // Line 7 is the second entry's first own key.
+        let (line, m) = refused("", "subsample = 0");
+        assert_eq!((line, m.contains("a subsample of 0")), (7, true), "{m}");
+        let (line, m) = refused("", "label_space = \" \"");
+        assert_eq!((line, m.contains("names no space")), (7, true), "{m}");
+        // Without entries, the same [data] keys are the one dataset's.
+        let ok = "[data]\ndataset = \"mnist\"\n[model]\ntype = \"mlp\"\n";
+        assert!(LoadedConfig::from_source(Path::new("s.toml"), ok.into()).is_ok());
+    }
+}
