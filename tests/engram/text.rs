@@ -126,6 +126,14 @@ fn every_sample_storing_strategy_runs_on_token_ids_and_counts_their_bytes() {
             "type = \"agem\"\ncapacity = 4\nmemory_batch = 2\n",
             0,
         ),
+        ("er-ace", "type = \"er-ace\"\ncapacity = 4\n", 0),
+        // Replayed token ids through segment checkpointing and mixed precision: the ids stay
+        // Int ids (AMP casts float inputs only).
+        (
+            "derpp",
+            "type = \"derpp\"\ncapacity = 4\n[[memory]]\ntype = \"checkpoint\"\n[[memory]]\ntype = \"amp\"\n",
+            2,
+        ),
     ];
     for (k, (name, entry, logits)) in cases.into_iter().enumerate() {
         let d = tempfile::tempdir().unwrap();
@@ -146,7 +154,7 @@ fn every_sample_storing_strategy_runs_on_token_ids_and_counts_their_bytes() {
         }
         assert_eq!(
             r["normalization"],
-            "none: token ids (uint32) reach the model as Int ids, as the tokenizer gave them"
+            "not at all: token ids (uint32) reach the model as Int ids, as the tokenizer gave them"
         );
         let s = &r["memory"]["stored"][name];
         // 6 training documents seen, a memory of 4.

@@ -331,6 +331,23 @@ fn a_batch_holds_the_tokenizers_ids_exactly_above_2_pow_24() {
     assert_eq!(ds.train.token_row(row).unwrap(), striker);
     assert_eq!(ds.train.sample_bytes(), 8 * 4);
     assert_eq!(ds.train.values.dtype(), "uint32");
+    // `engram data export` to NPY writes uint32 arrays, which read back as the same ids.
+    let out = r.join("npy");
+    super::export(&ds, &out, super::npy::write).unwrap();
+    let plain = crate::config::LoadedConfig::from_source(
+        Path::new("n.toml"),
+        "[data]\nformat = \"npy\"\npath = \".\"\n[model]\ntype = \"mlp\"\n".into(),
+    )
+    .unwrap();
+    let back = super::npy::read(&DatasetRequest {
+        name: "t",
+        path: Some(&out),
+        options: &plain.params("data.options", 0),
+        base_dir: Path::new(""),
+    })
+    .unwrap();
+    assert_eq!(back.train.values, ds.train.values);
+    assert_eq!(back.fingerprint(), ds.fingerprint());
     let stream =
         crate::data::stream::Stream::build(std::sync::Arc::new(ds), &cfg.config.data, 0).unwrap();
     let refs = [crate::data::stream::SampleRef {

@@ -127,7 +127,7 @@ pub(super) fn build_report(
             .then(|| pr.results.baseline.clone()),
         init: pr.origin.init.clone(),
         normalization: Some(if stream.dataset.train.values.is_tokens() {
-            "none: token ids (uint32) reach the model as Int ids, as the tokenizer gave them"
+            "not at all: token ids (uint32) reach the model as Int ids, as the tokenizer gave them"
                 .to_string()
         } else {
             crate::data::shape::normalization_rule(
