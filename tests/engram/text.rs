@@ -127,6 +127,12 @@ fn every_sample_storing_strategy_runs_on_token_ids_and_counts_their_bytes() {
             0,
         ),
         ("er-ace", "type = \"er-ace\"\ncapacity = 4\n", 0),
+        // A memory budget's probes split and time batches of replayed ids.
+        (
+            "replay",
+            "type = \"replay\"\ncapacity = 4\nmin_per_task = 1\n[[memory]]\ntype = \"budget\"\nbudget = \"64 MiB\"\n",
+            2,
+        ),
         // Replayed token ids through segment checkpointing and mixed precision: the ids stay
         // Int ids (AMP casts float inputs only).
         (
