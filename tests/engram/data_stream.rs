@@ -238,4 +238,20 @@ fn task_il_restricts_logits_to_the_tasks_classes_of_the_union() {
     assert!((t0.class_il - 1.0 / 6.0).abs() < 1e-12, "{t0:?}");
     assert!((t0.task_il - 2.0 / 6.0).abs() < 1e-12, "{t0:?}");
     assert_eq!((t1.class_il, t1.task_il), (0.5, 0.75));
+    // With mask_logits, before task 1 is trained (seen = 0) its classes 3 and 4 are masked in
+    // both views: 0, not the share of its first class that a tie of two masked logits gives.
+    let masked = sources::build(
+        vec![
+            src(tiny("a", &["x", "y", "z"], 1)),
+            src(tiny("b", &["p", "q"], 1)),
+        ],
+        &toml::from_str("mask_logits = true").unwrap(),
+        0,
+    )
+    .unwrap();
+    let early = score_task(&model, &masked, 1, 0, 100, &device);
+    assert_eq!((early.class_il, early.task_il), (0.0, 0.0));
+    // Task 0 under the mask (classes 0–2 only): the class-IL view now predicts 0 everywhere.
+    let t0 = score_task(&model, &masked, 0, 0, 100, &device);
+    assert!((t0.class_il - 2.0 / 6.0).abs() < 1e-12, "{t0:?}");
 }

@@ -43,7 +43,16 @@ pub fn score_task(
     batch: usize,
     device: &Device,
 ) -> TaskScore {
-    let own = &stream.tasks[t].classes;
+    // The task-IL view: the task's own classes, less those the scenario masks (not seen yet
+    // under `mask_logits`). The mask adds a finite −1e9, which would leave the masked classes
+    // tied and the first of them "predicted" when all of the task's classes are masked.
+    let allowed = stream.allowed_classes(t, seen);
+    let own: Vec<usize> = stream.tasks[t]
+        .classes
+        .iter()
+        .copied()
+        .filter(|c| allowed.as_ref().is_none_or(|a| a.contains(c)))
+        .collect();
     let (mut n, mut class_il, mut task_il) = (0usize, 0usize, 0usize);
     forward_task(model, stream, t, seen, batch, device, |y, logits| {
         n += 1;
