@@ -142,7 +142,8 @@ impl Activation {
     /// graph that produced `self` (the surrogate loss of segment recomputation).
     ///
     /// # Panics
-    /// When the two activations are of different variants or shapes (a bug in the caller).
+    /// When the two activations are of different variants or shapes, or are token ids (which
+    /// carry no gradient): a bug in the caller.
     pub fn dot(self, upstream: Activation) -> Tensor<1> {
         let up = |u: Activation| match u {
             // A constant: an untracked tensor joins any autodiff context (lifting it with

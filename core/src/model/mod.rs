@@ -354,7 +354,8 @@ impl Model {
     /// precision): `compute` itself, except for a model whose first block reads token ids
     /// (BERT's [`bert::Embeddings`], Llama's [`llama::TokenEmbedding`]), whose input stays `f32`
     /// (`None`): `f16` holds integers
-    /// exactly only up to 2048 and `bf16` up to 256, below any real vocabulary.
+    /// exactly only up to 2048 and `bf16` up to 256, below any real vocabulary. Token data's
+    /// `Int` ids ([`crate::data::input::Input::Ids`]) are never cast, whatever this says.
     pub fn input_dtype(&self, compute: Option<DType>) -> Option<DType> {
         let ids = self.blocks.first().is_some_and(|b| {
             b.downcast_ref::<bert::Embeddings>().is_some()
