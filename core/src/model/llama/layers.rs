@@ -91,10 +91,14 @@ pub struct TokenEmbedding {
 
 impl Block for TokenEmbedding {
     fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
-        // Float ids come in `f32` under mixed precision
+        // Token data's ids come as `Int` ([`Activation::Ids`]), looked up as they are. Float
+        // ids come in `f32` under mixed precision
         // ([`Model::input_dtype`](crate::model::Model::input_dtype)); ids are exact in `f32`
         // below 2²⁴, the largest vocabulary the factory accepts.
-        let ids: Tensor<2, Int> = x.into_flat().cast(DType::F32).int();
+        let ids: Tensor<2, Int> = match x {
+            Activation::Ids(ids) => ids,
+            other => other.into_flat().cast(DType::F32).int(),
+        };
         Activation::Seq(self.embed.forward(ids))
     }
     fn kind(&self) -> &'static str {
