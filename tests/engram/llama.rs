@@ -467,3 +467,296 @@ fn unsupported_configs_are_refused() {
         }
     );
 }
+
+// --- `init = FILE.gguf` (bench/reference/llama_gguf.py) ---
+
+/// tests/data/gguf/llama-tiny.gguf: llama-tiny written as one F32 GGUF the way llama.cpp's
+/// convert_hf_to_gguf.py writes it (q/k rows permuted for adjacent-pair rotation).
+fn tiny_gguf() -> PathBuf {
+    data_dir("gguf").join("llama-tiny.gguf")
+}
+
+/// The un-permutation on one head of width 4: HF row `s·2 + j` is GGUF row `2j + s`, so the
+/// GGUF rows `[r0, r1, r2, r3]` come out as `[r0, r2, r1, r3]`; per head for two heads; rows
+/// that are not whole heads of an even width are refused.
+#[test]
+fn gguf_unpermute_by_hand() {
+    let w: Vec<f32> = (0..8).map(|v| v as f32).collect(); // [4 rows, 2 cols]
+    assert_eq!(
+        llama::gguf::unpermute(&w, 4, 2, 1).unwrap(),
+        [0., 1., 4., 5., 2., 3., 6., 7.]
+    );
+    let w: Vec<f32> = (0..8).map(|v| v as f32).collect(); // [8 rows, 1 col], 2 heads of 4
+    assert_eq!(
+        llama::gguf::unpermute(&w, 8, 1, 2).unwrap(),
+        [0., 2., 1., 3., 4., 6., 5., 7.]
+    );
+    assert!(llama::gguf::unpermute(&w, 8, 1, 3).is_none());
+    assert!(
+        llama::gguf::unpermute(&w, 8, 1, 8).is_none(),
+        "width 1 is odd"
+    );
+}
+
+/// The tiny GGUF loads (geometry from its metadata, 20 tensors, the head tied to the
+/// embeddings) and its next-token logits equal transformers' on the HF checkpoint it was
+/// converted from (the q/k un-permutation is right), bit for bit the HF directory's model's.
+#[test]
+fn tiny_gguf_equals_transformers() {
+    let device = Device::flex();
+    let f = engram::core::model::gguf::GgufFile::open(&tiny_gguf()).unwrap();
+    assert_eq!(
+        llama::gguf::shape_of(&f).unwrap(),
+        LlamaShape {
+            vocab: 300,
+            // the file's f32 ε, as transformers reads it
+            rms_eps: f64::from(1e-5f32),
+            ..tiny_shape(true)
+        }
+    );
+    let (model, report) = llama::gguf::from_file(&tiny_gguf(), &device).unwrap();
+    assert_eq!(report.loaded, 20, "{report:?}");
+    assert!(
+        report.missing.is_empty() && report.unused.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(report.file, tiny_gguf());
+    assert_eq!(report.sha256.len(), 64);
+    assert_eq!(model.numel(), 28_192);
+    let (worst, scale, compared) = compare(&model, "llama-tiny");
+    println!(
+        "llama-tiny.gguf: max |Δlogit| {worst:.3e}, max |logit| {scale:.3}, relative {:.3e}, {compared} values",
+        worst / scale
+    );
+    assert!(scale > 10.0);
+    assert!(worst <= 1e-3 * scale, "max |Δ| {worst} of {scale}");
+    let (hf_model, _) = hf::from_dir(&data_dir("llama-tiny"), &device).unwrap();
+    let rows: Vec<Vec<i64>> = reference("llama-tiny")
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect();
+    let a = logits_of(&model, &rows, &device).into_data();
+    let b = logits_of(&hf_model, &rows, &device).into_data();
+    assert_eq!(a, b, "the GGUF's weights are the HF directory's");
+}
+
+/// The tiny GGUF's tokenizer, read as `[data.options] tokenizer` reads a tokenizer.json, gives
+/// transformers' ids (tests/data/gguf/llama-tiny.json) and pads with the eos id.
+#[test]
+fn tiny_gguf_tokenizer_equals_transformers() {
+    let tok = engram::core::data::tokenizer::TextTokenizer::load(&tiny_gguf(), 32).unwrap();
+    assert_eq!(tok.vocab_size(), 300);
+    assert_eq!(tok.pad_id(), 2, "no padding_token_id: the eos id");
+    let r: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(data_dir("gguf").join("llama-tiny.json")).unwrap(),
+    )
+    .unwrap();
+    for t in r["texts"].as_array().unwrap() {
+        let want: Vec<u32> = t["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let mut got = Vec::new();
+        let n = tok
+            .encode_into(t["text"].as_str().unwrap(), &mut got)
+            .unwrap();
+        assert_eq!(&got[..n], &want[..], "{}", t["text"]);
+    }
+}
+
+/// `init = "gguf/llama-tiny.gguf"` in a config: the factory takes the geometry from the file's
+/// metadata, `load_init` its weights (the reference's logits); a key that disagrees with the
+/// file is refused at its key, and another model type is refused at `init`.
+#[test]
+fn init_gguf_gives_the_geometry_and_the_weights() {
+    let device = Device::flex();
+    let cfg = config("type = \"llama\"\ninit = \"gguf/llama-tiny.gguf\"");
+    let model = llama::build(&cfg.params("model", 0), &context(), &device).unwrap();
+    assert_eq!(model.num_blocks(), 4);
+    assert_eq!(model.num_classes, 300);
+    let (model, report) = engram::core::train::trainer::load_init(&cfg, model).unwrap();
+    assert_eq!(report.unwrap().loaded, 20);
+    let (worst, scale, _) = compare(&model, "llama-tiny");
+    assert!(worst <= 1e-3 * scale, "{worst}");
+    let cfg = config("type = \"llama\"\ninit = \"gguf/llama-tiny.gguf\"\nvocab = 301");
+    let err = llama::build(&cfg.params("model", 0), &context(), &device)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("vocab = 301 disagrees with"), "{err}");
+    assert!(err.contains("llama-tiny.gguf: 300"), "{err}");
+    let cfg = config("type = \"mlp\"\ninit = \"gguf/llama-tiny.gguf\"");
+    let model = engram::core::model::mlp::build_mlp(
+        12,
+        &[4],
+        2,
+        engram::core::model::mlp::ActivationKind::Relu,
+        0.0,
+        &mut engram::core::rng::stream(0, "init", 0, 0),
+        &device,
+    );
+    let err = engram::core::train::trainer::load_init(&cfg, model)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("only type = \"llama\" reads"), "{err}");
+}
+
+/// `bytes` with the first occurrence of `find` (followed by `skip` bytes) patched to `with`.
+fn patch(bytes: &[u8], find: &[u8], skip: usize, with: &[u8]) -> Vec<u8> {
+    let at = bytes
+        .windows(find.len())
+        .position(|w| w == find)
+        .unwrap_or_else(|| panic!("{:?} not in the file", String::from_utf8_lossy(find)))
+        + find.len()
+        + skip;
+    let mut out = bytes.to_vec();
+    out[at..at + with.len()].copy_from_slice(with);
+    out
+}
+
+/// Bad GGUF starts are typed errors at `[model] init` naming the file and the defect, never a
+/// panic: another architecture, a missing tensor, a tensor whose shape is not the metadata's
+/// geometry, a ggml type engram does not dequantise.
+#[test]
+fn bad_gguf_starts_are_refused_at_init() {
+    let good = std::fs::read(tiny_gguf()).unwrap();
+    let u32le = |v: u32| v.to_le_bytes().to_vec();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "arch",
+            patch(&good, b"general.architecture", 4 + 8, b"gemma"),
+            "general.architecture is `gemma`",
+        ),
+        (
+            "missing",
+            patch(&good, b"blk.1.ffn_u", 0, b"q"),
+            "no tensor `blk.1.ffn_up.weight`",
+        ),
+        (
+            "shape",
+            patch(&good, b"llama.feed_forward_length", 4, &u32le(48)),
+            "tensor `blk.0.ffn_gate.weight` is [64, 32]; the metadata's geometry needs [48, 32]",
+        ),
+        (
+            // output_norm.weight: rank 1 (u32), dims [32] (u64), then its type: F32 -> BF16
+            "quant",
+            patch(&good, b"output_norm.weight", 4 + 8, &u32le(30)),
+            "unsupported ggml type BF16",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    for (name, bytes, want) in cases {
+        let file = dir.path().join(format!("{name}.gguf"));
+        std::fs::write(&file, bytes).unwrap();
+        let text = format!(
+            "[data]\ndataset = \"fashion-mnist\"\ntasks = 1\n\n[model]\ntype = \"llama\"\ninit = \"{}\"\n\n\
+             [optimizer]\ntype = \"sgd\"\nlr = 0.1\n\n[train]\nepochs = 1\nbatch_size = 4\n\n\
+             [[forgetting]]\ntype = \"naive\"\n",
+            file.display()
+        );
+        let cfg = engram::core::config::LoadedConfig::from_source(&dir.path().join("c.toml"), text)
+            .unwrap();
+        let err = llama::build(&cfg.params("model", 0), &context(), &device)
+            .and_then(|m| engram::core::train::trainer::load_init(&cfg, m).map(|_| ()))
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains(want), "{name}: {msg}");
+        assert!(msg.contains(&format!("{name}.gguf")), "{name}: {msg}");
+        assert!(
+            matches!(err, engram::core::Error::Config { line: 7, .. }),
+            "{name}: positioned at `init` (line 7): {msg}"
+        );
+    }
+}
+
+/// The real SmolLM2-135M-Instruct Q4_1 GGUF (`ENGRAM_SMOLLM2=…/SmolLM2-135M-Instruct.Q4_1.gguf`,
+/// from `engram data fetch smollm2`): its own tokenizer gives transformers' ids for three texts
+/// (digits included), and the next-token logits at every position equal transformers'
+/// `AutoModelForCausalLM.from_pretrained(dir, gguf_file=…)` (tests/data/gguf/smollm2-logits.json
+/// from bench/reference/llama_gguf.py: the 10 largest and the first 16 of each position) within
+/// 1e-3·max|logit|, with the same argmax. Skipped (passes) when unset.
+#[test]
+fn smollm2_gguf_equals_transformers() {
+    let Some(path) = std::env::var_os("ENGRAM_SMOLLM2") else {
+        eprintln!("ENGRAM_SMOLLM2 unset: SmolLM2 logits check skipped");
+        return;
+    };
+    let path = PathBuf::from(path);
+    let device = Device::flex();
+    let t0 = std::time::Instant::now();
+    let (model, report) = llama::gguf::from_file(&path, &device).unwrap();
+    let load_s = t0.elapsed().as_secs_f64();
+    assert_eq!(report.loaded, 1 + 30 * 9 + 1, "{report:?}");
+    assert!(
+        report.missing.is_empty() && report.unused.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(model.numel(), 134_515_008);
+    let tok = engram::core::model::gguf::GgufFile::open(&path)
+        .unwrap()
+        .tokenizer()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(data_dir("gguf").join("smollm2-logits.json")).unwrap(),
+    )
+    .unwrap();
+    let as_vec = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let (mut worst, mut scale, mut compared) = (0f64, 0f64, 0usize);
+    let t1 = std::time::Instant::now();
+    for s in r["samples"].as_array().unwrap() {
+        let ids: Vec<i64> = s["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        let enc = tok
+            .tokenizer
+            .encode(s["text"].as_str().unwrap(), true)
+            .unwrap();
+        let mine: Vec<i64> = enc.get_ids().iter().map(|&i| i64::from(i)).collect();
+        assert_eq!(mine, ids, "{}", s["text"]);
+        let logits = logits_of(&model, std::slice::from_ref(&ids), &device);
+        let [_, n, v] = logits.dims();
+        assert_eq!(v, 49_152);
+        let got = logits.into_data().try_to_vec::<f32>().unwrap();
+        for t in 0..n {
+            let row = &got[t * v..(t + 1) * v];
+            let top_ids = s["top_ids"][t].as_array().unwrap();
+            let top = as_vec(&s["top_logits"][t]);
+            for (id, want) in top_ids.iter().zip(&top) {
+                let id = id.as_u64().unwrap() as usize;
+                worst = worst.max((f64::from(row[id]) - want).abs());
+                compared += 1;
+            }
+            for (k, want) in as_vec(&s["first_logits"][t]).iter().enumerate() {
+                worst = worst.max((f64::from(row[k]) - want).abs());
+                compared += 1;
+            }
+            let max_abs = s["max_abs_logit"][t].as_f64().unwrap();
+            scale = scale.max(max_abs);
+            let argmax = (0..v).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
+            let gap = top[0] - top[1];
+            if gap > 1e-3 * max_abs {
+                assert_eq!(argmax as u64, top_ids[0].as_u64().unwrap(), "position {t}");
+            }
+        }
+    }
+    println!(
+        "SmolLM2 Q4_1 GGUF vs transformers: max |Δlogit| {worst:.3e}, max |logit| {scale:.3}, relative {:.3e}, {compared} values; load {load_s:.1} s, forward {:.1} s",
+        worst / scale,
+        t1.elapsed().as_secs_f64()
+    );
+    assert!(
+        worst <= 1e-3 * scale,
+        "max |Δ| {worst} of max |logit| {scale}"
+    );
+}

@@ -181,9 +181,12 @@ pub struct ModelConfig {
     #[serde(rename = "type")]
     pub kind: String,
     /// A safetensors file whose tensors initialise the model before the stream starts
-    /// (pretrained weights; relative to the config file), or, for `type = "bert"`, a Hugging
-    /// Face checkpoint directory (`config.json` + `model.safetensors`) that also gives the
-    /// geometry ([`crate::model::bert::hf`]). Default: none, the seeded random initialisation
+    /// (pretrained weights; relative to the config file), or, for `type = "bert"` and
+    /// `"llama"`, a Hugging Face checkpoint directory (`config.json` + `model.safetensors`)
+    /// that also gives the geometry ([`crate::model::bert::hf`], [`crate::model::llama::hf`]),
+    /// or, for `type = "llama"`, a GGUF file that also gives the geometry
+    /// ([`crate::model::llama::gguf`]); which one is told by
+    /// [`crate::model::init::InitSource::of`]. Default: none, the seeded random initialisation
     /// ([`crate::model::init`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<PathBuf>,

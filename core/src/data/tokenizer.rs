@@ -39,7 +39,8 @@ fn bad(path: &Path, reason: impl Into<String>) -> Error {
 }
 
 impl TextTokenizer {
-    /// Loads `path` (a Hugging Face `tokenizer.json`) to encode texts into `max_len` ids each.
+    /// Loads `path` (a Hugging Face `tokenizer.json`, or a GGUF file whose metadata holds a
+    /// tokenizer: [`TextTokenizer::from_gguf`]) to encode texts into `max_len` ids each.
     ///
     /// The pad id is the file's `padding.pad_id` when it has a padding section, else the id of
     /// the vocabulary's `[PAD]` token.
@@ -51,19 +52,55 @@ impl TextTokenizer {
     /// cannot hold its special tokens. Any `u32` id is taken: datasets store ids as `uint32`
     /// ([`crate::data::dataset::Values::Tokens`]), not as floats.
     pub fn load(path: &Path, max_len: usize) -> Result<Self> {
+        if let crate::model::init::InitSource::Gguf(_) = crate::model::init::InitSource::of(path) {
+            return Self::from_gguf(path, max_len);
+        }
         let bytes = crate::fsutil::read_bounded(path, crate::fsutil::MAX_TEXT_BYTES)
             .map_err(|e| Error::io(path, e))?;
-        let mut inner = tokenizers::Tokenizer::from_bytes(&bytes)
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
             .map_err(|e| bad(path, format!("not a Hugging Face tokenizer file: {e}")))?;
+        Self::with(inner, path, max_len, None)
+    }
+
+    /// The tokenizer of a GGUF file's metadata
+    /// ([`GgufFile::tokenizer`](crate::model::gguf::GgufFile::tokenizer): the ids
+    /// `transformers` gives with `gguf_file=`), what [`TextTokenizer::load`] reads for a path
+    /// named `*.gguf` (or starting with `GGUF`). Its pad id is `tokenizer.ggml.padding_token_id`,
+    /// else the `eos` id (SmolLM2: 2, `<|im_end|>`).
+    ///
+    /// # Errors
+    /// [`crate::model::gguf::GgufFile::open`]'s and `tokenizer`'s; [`Error::DataFile`] naming
+    /// the file when it has neither a pad nor an `eos` id, and for `max_len` as
+    /// [`TextTokenizer::load`].
+    pub fn from_gguf(path: &Path, max_len: usize) -> Result<Self> {
+        let t = crate::model::gguf::GgufFile::open(path)?.tokenizer()?;
+        let pad = t.pad_id.or(t.eos_id).ok_or_else(|| {
+            bad(
+                path,
+                "no pad id: the GGUF metadata has neither tokenizer.ggml.padding_token_id nor tokenizer.ggml.eos_token_id",
+            )
+        })?;
+        Self::with(t.tokenizer, path, max_len, Some(pad))
+    }
+
+    /// `inner` with engram's truncation at `max_len` and no padding; `pad_id` when given, else
+    /// the file's padding section's or its `[PAD]` token's.
+    fn with(
+        mut inner: tokenizers::Tokenizer,
+        path: &Path,
+        max_len: usize,
+        pad_id: Option<u32>,
+    ) -> Result<Self> {
         if max_len < 2 {
             return Err(bad(
                 path,
                 format!("max_len {max_len}: a sequence needs at least 2 ids"),
             ));
         }
-        let pad_id = match inner.get_padding() {
-            Some(p) => p.pad_id,
-            None => inner.token_to_id("[PAD]").ok_or_else(|| {
+        let pad_id = match (pad_id, inner.get_padding()) {
+            (Some(id), _) => id,
+            (None, Some(p)) => p.pad_id,
+            (None, None) => inner.token_to_id("[PAD]").ok_or_else(|| {
                 bad(
                     path,
                     "no pad id: the file has no `padding` section and its vocabulary no `[PAD]` token",

@@ -40,6 +40,57 @@ pub struct InitReport {
 
 pub use crate::config::INIT_KEYS as KEYS;
 
+/// What `[model] init` names, told apart by one rule ([`InitSource::of`]) wherever `init` is
+/// read (the model factories for the geometry, the trainer for the weights).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InitSource {
+    /// A Hugging Face checkpoint directory (it holds a `config.json`): `type = "bert"` or
+    /// `"llama"` take their geometry from it and their weights from its `model.safetensors`.
+    HfDir(PathBuf),
+    /// A GGUF file (llama.cpp's format: the extension `.gguf`, any case, or the magic `GGUF`):
+    /// `type = "llama"` takes its geometry, weights and tokenizer from it
+    /// ([`crate::model::llama::gguf`]).
+    Gguf(PathBuf),
+    /// Anything else: a safetensors file, read by [`load`] with `init_layout` and
+    /// `init_remap`.
+    Safetensors(PathBuf),
+}
+
+impl InitSource {
+    /// Classifies `path`: a directory with a `config.json` is [`InitSource::HfDir`]; a file
+    /// named `*.gguf` or starting with the bytes `GGUF` is [`InitSource::Gguf`]; anything else
+    /// (a missing path included, so that [`load`] reports it) is [`InitSource::Safetensors`].
+    pub fn of(path: &Path) -> Self {
+        if crate::model::bert::hf::is_hf_dir(path) {
+            return Self::HfDir(path.to_path_buf());
+        }
+        let named = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+        let magic = || {
+            use std::io::Read as _;
+            let mut head = [0u8; 4];
+            path.is_file()
+                && std::fs::File::open(path)
+                    .and_then(|mut f| f.read_exact(&mut head))
+                    .is_ok()
+                && &head == b"GGUF"
+        };
+        if named || magic() {
+            Self::Gguf(path.to_path_buf())
+        } else {
+            Self::Safetensors(path.to_path_buf())
+        }
+    }
+
+    /// The path, whatever its kind.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::HfDir(p) | Self::Gguf(p) | Self::Safetensors(p) => p,
+        }
+    }
+}
+
 /// An error of [`load`], with the `[model]` key it is about (where a config error points).
 #[derive(Debug)]
 pub struct InitError {
@@ -63,12 +114,33 @@ pub fn load(
     layout: InitLayout,
     remap: &[[String; 2]],
 ) -> std::result::Result<(crate::model::Model, InitReport), InitError> {
+    use sha2::Digest;
+    let bytes = crate::fsutil::read_bounded(file, crate::fsutil::MAX_DATA_BYTES).map_err(|e| {
+        InitError {
+            key: "init",
+            error: Error::io(file, e),
+        }
+    })?;
+    let sha256 = format!("{:x}", sha2::Sha256::digest(&bytes));
+    load_bytes(model, bytes, file, sha256, layout, remap)
+}
+
+/// Loads safetensors `bytes` (read from, or converted from, `file`, whose SHA-256 is `sha256`)
+/// into `model`, as [`load`] does with a file: `file` names the source in messages and the
+/// report. [`crate::model::llama::gguf`] converts a GGUF file into such bytes.
+///
+/// # Errors
+/// As [`load`], except for reading the file.
+pub fn load_bytes(
+    model: crate::model::Model,
+    bytes: Vec<u8>,
+    file: &Path,
+    sha256: String,
+    layout: InitLayout,
+    remap: &[[String; 2]],
+) -> std::result::Result<(crate::model::Model, InitReport), InitError> {
     let at = |key: &'static str| move |error: Error| InitError { key, error };
     use burn::store::{KeyRemapper, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
-    use sha2::Digest;
-    let bytes = crate::fsutil::read_bounded(file, crate::fsutil::MAX_DATA_BYTES)
-        .map_err(|e| at("init")(Error::io(file, e)))?;
-    let sha256 = format!("{:x}", sha2::Sha256::digest(&bytes));
     let mut remapper = KeyRemapper::new();
     for [from, to] in remap {
         remapper = remapper.add_pattern(from, to.clone()).map_err(|e| {

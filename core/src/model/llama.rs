@@ -5,8 +5,9 @@
 //!
 //! Its next-token logits are Hugging Face `transformers`' `LlamaForCausalLM`'s on the same ids
 //! (pre-norm RMSNorm, rotary positions in the rotate-half layout, grouped-query causal attention,
-//! SwiGLU); [`hf`] loads a Hugging Face directory (`config.json` + `model.safetensors`). The
-//! q/k layout a GGUF loader must undo is documented in [`layers`].
+//! SwiGLU); [`hf`] loads a Hugging Face directory (`config.json` + `model.safetensors`), [`gguf`]
+//! a GGUF file (llama.cpp's format: geometry, weights and tokenizer in one file, its q/k layout
+//! undone as [`layers`] documents).
 //!
 //! The data contract: a sample is `InputShape::Features(len)` whose values are token ids stored
 //! as exact `f32` integers (right padding is harmless: the mask is causal); the model's input is
@@ -23,11 +24,13 @@
 //! [`Model::num_classes`]: crate::model::Model::num_classes
 //! [`Model::params`]: crate::model::Model::params
 
+pub mod gguf;
 pub mod hf;
 pub mod layers;
 
 pub use layers::{Attention, DecoderLayer, FeedForward, LmHead, TokenEmbedding};
 
+use crate::model::init::InitSource;
 use crate::model::{DynBlock, InputShape, Model};
 use crate::rng::Rng;
 use burn::module::Param;
@@ -230,13 +233,40 @@ impl LlamaParams {
         dir: &std::path::Path,
     ) -> crate::Result<LlamaShape> {
         let c = hf::HfConfig::read(dir).map_err(|e| src.key_error("init", e.to_string(), None))?;
-        let shape = c.shape();
+        self.agree(src, c.shape(), &dir.join("config.json"))
+    }
+
+    /// The geometry of the GGUF file `file` ([`gguf::shape_of`]: its metadata and tensor
+    /// table); every key given here must agree with it.
+    ///
+    /// # Errors
+    /// A positioned [`crate::Error::Config`] at `init` for a file that cannot be read or is
+    /// not a llama GGUF, and at the key that disagrees with it.
+    pub fn shape_from_gguf(
+        &self,
+        src: &crate::config::ParamSource,
+        file: &std::path::Path,
+    ) -> crate::Result<LlamaShape> {
+        let shape = crate::model::gguf::GgufFile::open(file)
+            .and_then(|f| gguf::shape_of(&f))
+            .map_err(|e| src.key_error("init", e.to_string(), None))?;
+        self.agree(src, shape, file)
+    }
+
+    /// `shape` (a pretrained start's, read from `from`) when every key given here agrees with
+    /// it and [`check_shape`] accepts it.
+    fn agree(
+        &self,
+        src: &crate::config::ParamSource,
+        shape: LlamaShape,
+        from: &std::path::Path,
+    ) -> crate::Result<LlamaShape> {
         let disagree = |key: &str, given: String, has: String| {
             Err(src.key_error(
                 key,
                 format!(
                     "llama: {key} = {given} disagrees with {}: {has}",
-                    dir.join("config.json").display()
+                    from.display()
                 ),
                 Some("leave it out: the checkpoint fixes the geometry".into()),
             ))
@@ -327,9 +357,11 @@ pub fn check_shape(s: &LlamaShape, src: &crate::config::ParamSource) -> crate::R
     Ok(())
 }
 
-/// The `llama` factory: token ids `InputShape::Features(len)`. When `[model] init` is a Hugging
-/// Face directory ([`hf::is_hf_dir`]), the geometry is its `config.json`'s
-/// ([`LlamaParams::shape_from_dir`]) and the trainer loads its weights ([`hf::load_dir`]).
+/// The `llama` factory: token ids `InputShape::Features(len)`. `[model] init` is told apart by
+/// [`InitSource::of`]: for a Hugging Face directory the geometry is its `config.json`'s
+/// ([`LlamaParams::shape_from_dir`]) and the trainer loads its weights ([`hf::load_dir`]); for a
+/// GGUF file the geometry is its metadata's ([`LlamaParams::shape_from_gguf`]) and the trainer
+/// loads its weights ([`gguf::load_file`]); otherwise the keys give the geometry.
 ///
 /// # Errors
 /// [`LlamaParams::shape`]'s, and a positioned error at `type` for images.
@@ -339,9 +371,10 @@ pub fn build(
     device: &Device,
 ) -> crate::Result<Model> {
     let p: LlamaParams = src.parse()?;
-    let shape = match src.model_init().filter(|d| hf::is_hf_dir(d)) {
-        Some(dir) => p.shape_from_dir(src, &dir)?,
-        None => p.shape(src)?,
+    let shape = match src.model_init().map(|path| InitSource::of(&path)) {
+        Some(InitSource::HfDir(dir)) => p.shape_from_dir(src, &dir)?,
+        Some(InitSource::Gguf(file)) => p.shape_from_gguf(src, &file)?,
+        _ => p.shape(src)?,
     };
     let InputShape::Features(_) = cx.input else {
         return Err(src.key_error(

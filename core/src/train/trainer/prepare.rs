@@ -185,11 +185,64 @@ pub fn load_init(
         }
         return Ok((model, None));
     };
-    let file = relative_to(&cfg.base_dir, file);
-    if crate::model::bert::hf::is_hf_dir(&file) {
-        return load_hf_dir(cfg, model, &file);
+    use crate::model::init::InitSource;
+    match InitSource::of(&relative_to(&cfg.base_dir, file)) {
+        InitSource::HfDir(dir) => load_hf_dir(cfg, model, &dir),
+        InitSource::Gguf(file) => load_gguf(cfg, model, &file),
+        InitSource::Safetensors(file) => {
+            crate::model::init::load(model, &file, m.init_layout, &m.init_remap)
+                .map(|(model, r)| (model, Some(r)))
+                .map_err(|e| cfg.error_at("model", e.key, e.error.to_string(), None))
+        }
     }
-    crate::model::init::load(model, &file, m.init_layout, &m.init_remap)
+}
+
+/// `[model] init = FILE.gguf`: only `type = "llama"` reads one (its factory took the geometry
+/// from the same file), with [`crate::model::llama::gguf::load_file`].
+///
+/// # Errors
+/// A positioned [`Error::Config`] at `init` for another model type or a file that is not a
+/// llama GGUF engram reads, at `init_remap` / `init_layout` when one is given (the names and
+/// layout are engram's own).
+fn load_gguf(
+    cfg: &LoadedConfig,
+    model: Model,
+    file: &std::path::Path,
+) -> Result<(Model, Option<crate::model::init::InitReport>)> {
+    let m = &cfg.config.model;
+    let is_llama = model
+        .blocks()
+        .first()
+        .and_then(|b| b.downcast_ref::<crate::model::llama::TokenEmbedding>())
+        .is_some();
+    if !is_llama {
+        return Err(cfg.error_at(
+            "model",
+            "init",
+            format!(
+                "{} is a GGUF file, which only type = \"llama\" reads",
+                file.display()
+            ),
+            Some("use type = \"llama\", or name a safetensors file for this model".into()),
+        ));
+    }
+    for (key, given) in [
+        ("init_remap", !m.init_remap.is_empty()),
+        (
+            "init_layout",
+            m.init_layout != crate::model::init::InitLayout::default(),
+        ),
+    ] {
+        if given {
+            return Err(cfg.error_at(
+                "model",
+                key,
+                format!("a GGUF file's tensor names and layout are read by engram itself; `{key}` does not apply"),
+                Some(format!("remove {key}")),
+            ));
+        }
+    }
+    crate::model::llama::gguf::load_file(model, file)
         .map(|(model, r)| (model, Some(r)))
         .map_err(|e| cfg.error_at("model", e.key, e.error.to_string(), None))
 }
