@@ -255,3 +255,73 @@ fn task_il_restricts_logits_to_the_tasks_classes_of_the_union() {
     let t0 = score_task(&model, &masked, 0, 0, 100, &device);
     assert!((t0.class_il - 2.0 / 6.0).abs() < 1e-12, "{t0:?}");
 }
+
+/// `[train] joint` sees every task's classes from the first step, so `mask_logits` masks none
+/// of them (it masked all but task 0's, which left a joint run of this stream at task 0's
+/// share). On the hand-set model of the test above, a joint stream scores task 1 with
+/// `seen = 0` (the joint run's one round) as with no mask: class-IL 2/4, task-IL 3/4; task 0's
+/// class-IL is back to 1/6 (class 4 of task 1 is allowed again).
+#[test]
+fn a_joint_stream_masks_no_task_s_classes() {
+    let device = engram::core::burn::tensor::Device::flex();
+    let mut r = engram::core::rng::stream(0, "init", 0, 0);
+    let model = build_mlp(2, &[], 5, ActivationKind::Relu, 0.0, &mut r, &device);
+    let weight = [0.0f32, 0., 0., -10., 10., 0., 0., 0., 0., 6.];
+    let bias = [10.0f32, 0., 0., 5., -5.];
+    let model = model.update_params(&mut |info, _| {
+        let v: &[f32] = if info.numel() == 10 { &weight } else { &bias };
+        Some(engram::core::burn::tensor::Tensor::from_data(
+            engram::core::burn::tensor::TensorData::new(v.to_vec(), [v.len()]),
+            &device,
+        ))
+    });
+    let mut joint = sources::build(
+        vec![
+            src(tiny("a", &["x", "y", "z"], 1)),
+            src(tiny("b", &["p", "q"], 1)),
+        ],
+        &toml::from_str("mask_logits = true").unwrap(),
+        0,
+    )
+    .unwrap();
+    joint.joint = true;
+    assert_eq!(joint.allowed_classes(0, 0), Some(vec![0, 1, 2, 3, 4]));
+    let t1 = score_task(&model, &joint, 1, 0, 100, &device);
+    assert_eq!((t1.class_il, t1.task_il), (0.5, 0.75));
+    let t0 = score_task(&model, &joint, 0, 0, 100, &device);
+    assert!((t0.class_il - 1.0 / 6.0).abs() < 1e-12, "{t0:?}");
+    assert!((t0.task_il - 2.0 / 6.0).abs() < 1e-12, "{t0:?}");
+}
+
+/// Through the binary: a joint run of the two-dataset stream (all 20 classes dealt) with
+/// `mask_logits` adds a mask of zeros only, so it reports exactly what the same run without
+/// `mask_logits` reports, and the inverted task is learned (not masked to 0).
+#[test]
+fn a_joint_run_under_mask_logits_equals_the_unmasked_joint_run() {
+    crate::util::require_fmnist!();
+    let d = tempfile::tempdir().unwrap();
+    inverted(d.path(), |n| n.to_string());
+    let second = "dataset = \"inverted\"\nformat = \"npy\"\npath = \"inverted\"";
+    let masked = config(d.path(), second, "joint = true\n");
+    let (code, msg) = run_quiet(&masked, &d.path().join("masked"), &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let plain = d.path().join("plain.toml");
+    std::fs::write(
+        &plain,
+        std::fs::read_to_string(&masked)
+            .unwrap()
+            .replace("mask_logits = true\n", ""),
+    )
+    .unwrap();
+    let (code, msg) = run_quiet(&plain, &d.path().join("plain"), &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let (m, p) = (
+        report(&d.path().join("masked")),
+        report(&d.path().join("plain")),
+    );
+    let row = |r: &Value| r["accuracy_matrix"][0].clone();
+    assert_eq!(row(&m), row(&p));
+    assert_eq!(m["task_il_accuracy_matrix"], p["task_il_accuracy_matrix"]);
+    let inverted_acc = row(&m)[1].as_f64().unwrap();
+    assert!(inverted_acc > 0.3, "task 1 masked out: {}", row(&m));
+}

@@ -329,6 +329,7 @@ pub fn build(sources: Vec<Source>, cfg: &DataConfig, seed: u64) -> Result<Stream
         tasks,
         eval_split: cfg.evaluate_on,
         mask_unseen: cfg.mask_logits,
+        joint: false,
     })
 }
 

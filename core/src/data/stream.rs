@@ -136,6 +136,10 @@ pub struct Stream {
     pub eval_split: EvalSplit,
     /// Class-incremental: mask logits of classes not yet seen.
     pub mask_unseen: bool,
+    /// Joint training (`[train] joint`): every task's classes are seen from the first step,
+    /// so the unseen-class mask ignores the task it is given and allows the classes of all
+    /// tasks. Set by [`crate::registry::Registry::stream`]; false from the builders.
+    pub joint: bool,
 }
 
 fn subsample(mut rows: Vec<u32>, cap: Option<usize>, rng: &mut rng::Rng) -> Vec<u32> {
@@ -344,6 +348,7 @@ impl Stream {
             tasks,
             eval_split: cfg.evaluate_on,
             mask_unseen: cfg.mask_logits,
+            joint: false,
         })
     }
 
@@ -369,12 +374,14 @@ impl Stream {
     /// task `seen` (`None`: no mask). Task-incremental: task `t`'s classes. Class-incremental
     /// with `mask_logits`: the classes of tasks `0..=seen`, whatever `t` — a task not yet
     /// trained is scored against the classes seen so far, so it scores 0 as it does without
-    /// the mask.
+    /// the mask. In a [`Stream::joint`] stream every task is seen whatever `seen` says.
     pub fn allowed_classes(&self, t: usize, seen: usize) -> Option<Vec<usize>> {
+        let last = self.tasks.len().saturating_sub(1);
+        let seen = if self.joint { last } else { seen.min(last) };
         match self.scenario {
             Scenario::TaskIncremental => Some(self.tasks[t].classes.clone()),
             Scenario::ClassIncremental if self.mask_unseen => Some(
-                self.tasks[..=seen.min(self.tasks.len().saturating_sub(1))]
+                self.tasks[..=seen]
                     .iter()
                     .flat_map(|k| k.classes.iter().copied())
                     .collect(),

@@ -180,7 +180,9 @@ impl Registry {
 
     /// The stream of tasks `cfg`'s `[data]` describes: its dataset dealt into tasks
     /// ([`crate::data::stream::Stream::build`]), or one task per `[[data.stream]]` entry
-    /// ([`crate::data::sources::build`]), every draw from `[run] seed`.
+    /// ([`crate::data::sources::build`]), every draw from `[run] seed`. Under `[train] joint`
+    /// the stream is marked [`crate::data::stream::Stream::joint`]: every task's classes are
+    /// seen from the first step, so `mask_logits` masks none of them.
     ///
     /// # Errors
     /// As [`Registry::load_dataset`] and [`Registry::load_stream_entry`]; a positioned
@@ -188,6 +190,13 @@ impl Registry {
     /// for stream entries whose shapes, kinds of values or tokenizers differ, and for a shared
     /// label space whose classes differ by name.
     pub fn stream(&self, cfg: &LoadedConfig) -> Result<crate::data::stream::Stream> {
+        let mut stream = self.dealt_stream(cfg)?;
+        stream.joint = cfg.config.train.joint;
+        Ok(stream)
+    }
+
+    /// [`Registry::stream`] before it is marked joint.
+    fn dealt_stream(&self, cfg: &LoadedConfig) -> Result<crate::data::stream::Stream> {
         let c = &cfg.config;
         if c.data.stream.is_empty() {
             let data_path = c
