@@ -241,7 +241,9 @@ pub fn run_row(dir: &Path) -> Result<RunRow> {
 }
 
 /// What a run's figures were measured on, as the run itself saw it (defaults resolved): the
-/// data set (`data.dataset`), the `scenario`, the evaluation split (`data.evaluate_on`) and
+/// data set (`data.dataset`: the `[data] dataset` name, or for a `[[data.stream]]` run the
+/// ordered list of its entries' `dataset` names, which a plain run's name never equals), the
+/// `scenario`, the evaluation split (`data.evaluate_on`) and
 /// the task split (`tasks`: the count, each task's classes and the training and evaluation
 /// samples in all). Two runs with the same values were scored on the same task sequence.
 pub fn benchmark(r: &Report) -> serde_json::Value {
@@ -259,7 +261,7 @@ pub fn benchmark(r: &Report) -> serde_json::Value {
     let train: usize = r.tasks.iter().map(|t| t.train_samples).sum();
     let eval: usize = r.tasks.iter().map(|t| t.eval_samples).sum();
     serde_json::json!({
-        "data.dataset": r.config["data"]["dataset"],
+        "data.dataset": dataset_identity(&r.config["data"]),
         "scenario": r.scenario,
         "data.evaluate_on": r.config["data"]["evaluate_on"],
         "tasks": format!(
@@ -268,6 +270,20 @@ pub fn benchmark(r: &Report) -> serde_json::Value {
             classes.join(" | ")
         ),
     })
+}
+
+/// The data set a run's `[data]` table (as its report holds it) names: `dataset`, or when
+/// `stream` has entries the list of their `dataset` names in order (`[data] dataset` is empty
+/// for a stream, so it alone would call any two streams the same data).
+fn dataset_identity(data: &serde_json::Value) -> serde_json::Value {
+    match data["stream"].as_array() {
+        Some(entries) if !entries.is_empty() => entries
+            .iter()
+            .map(|e| e["dataset"].clone())
+            .collect::<Vec<_>>()
+            .into(),
+        _ => data["dataset"].clone(),
+    }
 }
 
 /// The [`benchmark`] entries on which `rows` differ, each as `key: value per run` — figures

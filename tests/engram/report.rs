@@ -459,3 +459,61 @@ fn engram_list_is_the_registry_text() {
     assert_eq!(page, report::reference_markdown(&registry));
     assert!(page.starts_with("# Reference: strategies, models and datasets\n"));
 }
+
+/// `engram compare` on `[[data.stream]]` runs: their data is the ordered list of the entries'
+/// datasets (`[data] dataset` is empty for a stream). Two runs of the same stream compare with
+/// no warning; a stream against a plain run, or against a stream of other datasets, is flagged
+/// on `data.dataset` as two plain runs on different datasets are.
+#[test]
+fn compare_judges_stream_runs_by_their_entries_datasets() {
+    let base: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture().join("report.json")).unwrap()).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let write = |name: &str, entries: &[&str]| {
+        let mut r = base.clone();
+        r["config"]["data"]["dataset"] = "".into();
+        r["config"]["data"]["stream"] = entries
+            .iter()
+            .map(|e| serde_json::json!({ "dataset": e }))
+            .collect::<Vec<_>>()
+            .into();
+        let dir = d.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("report.json"), r.to_string()).unwrap();
+        dir
+    };
+    let a = write("a", &["fashion-mnist", "mnist"]);
+    let b = write("b", &["fashion-mnist", "mnist"]);
+    let swapped = write("swapped", &["mnist", "fashion-mnist"]);
+    let compare = |x: &Path, y: &Path| {
+        let o = engram()
+            .args(["compare", x.to_str().unwrap(), y.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert_eq!(compare(&a, &b), "");
+    let plain = fixture();
+    let warn = compare(&plain, &a);
+    let lines: Vec<&str> = warn.lines().collect();
+    assert_eq!(lines.len(), 2, "{warn}");
+    assert!(lines[0].contains("not comparable"), "{warn}");
+    assert_eq!(
+        lines[1],
+        format!(
+            "  data.dataset: {} \"fashion-mnist\", {} [\"fashion-mnist\",\"mnist\"]",
+            plain.display(),
+            a.display()
+        )
+    );
+    let warn = compare(&a, &swapped);
+    assert!(
+        warn.contains(&format!(
+            "  data.dataset: {} [\"fashion-mnist\",\"mnist\"], {} [\"mnist\",\"fashion-mnist\"]",
+            a.display(),
+            swapped.display()
+        )),
+        "{warn}"
+    );
+}
