@@ -325,3 +325,36 @@ fn a_joint_run_under_mask_logits_equals_the_unmasked_joint_run() {
     let inverted_acc = row(&m)[1].as_f64().unwrap();
     assert!(inverted_acc > 0.3, "task 1 masked out: {}", row(&m));
 }
+
+/// `--set` reaches a stream entry by its index, as it does a strategy's: the second entry's
+/// `subsample` capped to 100 gives task 1 its 100 training rows (of the inverted copy's 300);
+/// an index past the file's two entries is bad input (exit 2) naming the key.
+#[test]
+fn set_reaches_a_stream_entry_by_index() {
+    crate::util::require_fmnist!();
+    let d = tempfile::tempdir().unwrap();
+    inverted(d.path(), |n| n.to_string());
+    let cfg = config(
+        d.path(),
+        "dataset = \"inverted\"\nformat = \"npy\"\npath = \"inverted\"",
+        "",
+    );
+    let out = d.path().join("out");
+    let (code, msg) = run_quiet(&cfg, &out, &["--set", "data.stream.1.subsample=100"], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let r = report(&out);
+    assert_eq!(r["tasks"][0]["train_samples"], 300);
+    assert_eq!(r["tasks"][1]["train_samples"], 100);
+    assert_eq!(r["config"]["data"]["stream"][1]["subsample"], 100);
+    let (code, msg) = run_quiet(
+        &cfg,
+        &d.path().join("no"),
+        &["--set", "data.stream.2.subsample=100"],
+        &[],
+    );
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("--set `data.stream.2.subsample`: there is no entry 2 in `data.stream`"),
+        "{msg}"
+    );
+}

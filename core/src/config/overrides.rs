@@ -134,6 +134,8 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
         let mut i = 0;
         while i < path.len() {
             let p = path[i];
+            // The list's dotted name as the file writes its header: `forgetting`, `data.stream`.
+            let list = path[..=i].join(".");
             // `scheduler.0.type=…` on a file without [[scheduler]]: an override changes the
             // entries the file has but cannot add one (it would make a table `0`).
             let index = path
@@ -142,11 +144,13 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                 .and_then(|s| s.parse::<usize>().ok());
             if let (None, Some(idx)) = (table.get(p), index) {
                 return Err(bad(
-                    format!("--set `{set}`: the config has no [[{p}]] entry {idx} (it has none)"),
+                    format!(
+                        "--set `{set}`: the config has no [[{list}]] entry {idx} (it has none)"
+                    ),
                     &format!(
                         "--set changes the entries the file has but cannot add one: add \
-                         `[[{p}]]` with its `type = \"…\"` to the file (`engram list` names the \
-                         types), then set its keys as {p}.0.KEY=VALUE"
+                         `[[{list}]]` with its `type = \"…\"` to the file (`engram list` names \
+                         the types), then set its keys as {list}.0.KEY=VALUE"
                     ),
                 ));
             }
@@ -156,7 +160,7 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
             if item.is_array_of_tables() {
                 if i + 1 == path.len() && last.parse::<usize>().is_ok() {
                     return Err(bad(
-                        format!("--set `{set}`: an entry of `{p}` cannot be replaced whole"),
+                        format!("--set `{set}`: an entry of `{list}` cannot be replaced whole"),
                         "set its keys one by one, e.g. forgetting.0.lambda=100",
                     ));
                 }
@@ -166,7 +170,7 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                     .and_then(|s| s.parse::<usize>().ok())
                     .ok_or_else(|| {
                         bad(
-                            format!("--set `{key}`: `{p}` is a list; add an index"),
+                            format!("--set `{key}`: `{list}` is a list; add an index"),
                             "write for example forgetting.0.lambda=100",
                         )
                     })?;
@@ -177,13 +181,13 @@ pub fn apply_overrides(file: &Path, src: &str, sets: &[String]) -> Result<String
                     .ok_or_else(|| {
                         bad(
                             format!(
-                                "--set `{key}`: there is no entry {idx} in `{p}` (the file has \
-                                 {count}: {p}.0 … {p}.{})",
+                                "--set `{key}`: there is no entry {idx} in `{list}` (the file \
+                                 has {count}: {list}.0 … {list}.{})",
                                 count.saturating_sub(1)
                             ),
                             &format!(
                                 "entries are numbered from 0; --set cannot add one: add another \
-                                 `[[{p}]]` to the file"
+                                 `[[{list}]]` to the file"
                             ),
                         )
                     })?;
@@ -301,6 +305,43 @@ mod tests {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         let text = apply_overrides(Path::new("c.toml"), FILE, &sets)?;
         Ok(toml::from_str(&text).unwrap())
+    }
+
+    /// `[[data.stream]]` entries are addressed like top-level lists: `data.stream.1.subsample`;
+    /// a wrong index names the key and the list by its dotted name.
+    #[test]
+    fn stream_entries_are_set_by_index_under_data() {
+        let file = "[data]\nmask_logits = true\n\n[[data.stream]]\ndataset = \"mnist\"\n\n\
+                    [[data.stream]]\ndataset = \"fashion-mnist\"\nsubsample = 300\n";
+        let set = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            apply_overrides(Path::new("c.toml"), file, &sets)
+        };
+        let text = set(&["data.stream.1.subsample=100", "data.stream.0.subsample=50"]).unwrap();
+        let t: toml::Table = toml::from_str(&text).unwrap();
+        let entry = |i: usize| t["data"]["stream"][i].clone();
+        assert_eq!(entry(0)["subsample"].as_integer(), Some(50));
+        assert_eq!(entry(1)["subsample"].as_integer(), Some(100));
+        assert_eq!(entry(1)["dataset"].as_str(), Some("fashion-mnist"));
+        assert_eq!(t["data"]["mask_logits"].as_bool(), Some(true));
+        let e = set(&["data.stream.2.subsample=100"]).unwrap_err();
+        assert!(matches!(e, Error::ConfigFile { .. }), "{e:?}");
+        let e = e.to_string();
+        assert!(
+            e.contains(
+                "--set `data.stream.2.subsample`: there is no entry 2 in `data.stream` (the \
+                 file has 2: data.stream.0 … data.stream.1)"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("add another `[[data.stream]]`"), "{e}");
+        let e = set(&["data.stream.subsample=100"]).unwrap_err().to_string();
+        assert!(e.contains("`data.stream` is a list; add an index"), "{e}");
+        let e = set(&["data.stream.0=1"]).unwrap_err().to_string();
+        assert!(
+            e.contains("an entry of `data.stream` cannot be replaced whole"),
+            "{e}"
+        );
     }
 
     #[test]
