@@ -343,7 +343,8 @@ pub fn pooling_of(model: &Model) -> Pooling {
 }
 
 /// The `bert` factory: token ids `InputShape::Features(max_len)` with `max_len ≤ max_position`.
-/// When `[model] init` is a Hugging Face directory ([`hf::is_hf_dir`]), the geometry is its
+/// When `[model] init` is a Hugging Face directory
+/// ([`InitSource::HfDir`](crate::model::init::InitSource::HfDir)), the geometry is its
 /// `config.json`'s ([`BertParams::shape_from_dir`]) and the trainer loads its weights
 /// ([`hf::load_dir`]).
 ///
@@ -356,9 +357,14 @@ pub fn build(
     device: &Device,
 ) -> crate::Result<Model> {
     let p: BertParams = src.parse()?;
-    let shape = match src.model_init().filter(|d| hf::is_hf_dir(d)) {
-        Some(dir) => p.shape_from_dir(src, &dir)?,
-        None => p.shape(src)?,
+    let shape = match src
+        .model_init()
+        .map(|path| crate::model::init::InitSource::of(&path))
+    {
+        Some(crate::model::init::InitSource::HfDir(dir)) => p.shape_from_dir(src, &dir)?,
+        // A GGUF file or a safetensors file: the keys give the geometry (load_init refuses a
+        // GGUF file for BERT at `init`).
+        _ => p.shape(src)?,
     };
     let InputShape::Features(len) = cx.input else {
         return Err(src.key_error(
