@@ -602,6 +602,42 @@ fn init_gguf_gives_the_geometry_and_the_weights() {
     assert!(err.contains("only type = \"llama\" reads"), "{err}");
 }
 
+/// `[model] init` is told apart by one rule: a directory with a config.json is a Hugging Face
+/// checkpoint, a `*.gguf` name or a file starting with `GGUF` a GGUF file, anything else
+/// (a missing path included) a safetensors file.
+#[test]
+fn init_source_is_one_rule() {
+    use engram::core::model::init::InitSource;
+    let dir = tempfile::tempdir().unwrap();
+    let renamed = dir.path().join("weights.bin");
+    std::fs::copy(tiny_gguf(), &renamed).unwrap();
+    let other = dir.path().join("weights.safetensors");
+    std::fs::write(&other, b"not gguf").unwrap();
+    for (path, want) in [
+        (
+            data_dir("llama-tiny"),
+            InitSource::HfDir(data_dir("llama-tiny")),
+        ),
+        (tiny_gguf(), InitSource::Gguf(tiny_gguf())),
+        (renamed.clone(), InitSource::Gguf(renamed.clone())),
+        (
+            dir.path().join("absent.GGUF"),
+            InitSource::Gguf(dir.path().join("absent.GGUF")),
+        ),
+        (other.clone(), InitSource::Safetensors(other.clone())),
+        (
+            dir.path().join("absent"),
+            InitSource::Safetensors(dir.path().join("absent")),
+        ),
+        (
+            dir.path().to_path_buf(),
+            InitSource::Safetensors(dir.path().to_path_buf()),
+        ),
+    ] {
+        assert_eq!(InitSource::of(&path), want, "{}", path.display());
+    }
+}
+
 /// `bytes` with the first occurrence of `find` (followed by `skip` bytes) patched to `with`.
 fn patch(bytes: &[u8], find: &[u8], skip: usize, with: &[u8]) -> Vec<u8> {
     let at = bytes
@@ -698,6 +734,9 @@ fn smollm2_gguf_equals_transformers() {
         .unwrap()
         .tokenizer()
         .unwrap();
+    let text_tok = engram::core::data::tokenizer::TextTokenizer::load(&path, 64).unwrap();
+    assert_eq!(text_tok.vocab_size(), 49_152);
+    assert_eq!(Some(text_tok.pad_id()), tok.pad_id.or(tok.eos_id));
     let r: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(data_dir("gguf").join("smollm2-logits.json")).unwrap(),
     )
