@@ -43,7 +43,8 @@ pub struct CsvOptions {
     /// With `text_column`: the column holding the label (default `label`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_column: Option<String>,
-    /// With `text_column`: a Hugging Face `tokenizer.json`, relative to the config's directory.
+    /// With `text_column`: a Hugging Face `tokenizer.json` (or a GGUF file, whose metadata's
+    /// tokenizer is read), relative to the config's directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<std::path::PathBuf>,
     /// With `text_column`: token ids per document (default 128).

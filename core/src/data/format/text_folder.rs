@@ -28,7 +28,8 @@ const MAX_DEPTH: usize = 16;
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TextFolderOptions {
-    /// A Hugging Face `tokenizer.json`, relative to the config's directory (required).
+    /// A Hugging Face `tokenizer.json` (or a GGUF file, whose metadata's tokenizer is read),
+    /// relative to the config's directory (required).
     pub tokenizer: PathBuf,
     /// Token ids per document: longer ones are truncated, shorter ones padded (default 128).
     #[serde(default = "text::default_max_len")]
