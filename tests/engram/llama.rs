@@ -580,6 +580,10 @@ fn init_gguf_gives_the_geometry_and_the_weights() {
     assert_eq!(report.unwrap().loaded, 20);
     let (worst, scale, _) = compare(&model, "llama-tiny");
     assert!(worst <= 1e-3 * scale, "{worst}");
+    let cfg =
+        config("type = \"llama\"\ninit = \"gguf/llama-tiny.gguf\"\nrms_eps = 1e-5\nlayers = 2");
+    llama::build(&cfg.params("model", 0), &context(), &device)
+        .expect("keys that agree with the file (ε compared as the file's f32)");
     let cfg = config("type = \"llama\"\ninit = \"gguf/llama-tiny.gguf\"\nvocab = 301");
     let err = llama::build(&cfg.params("model", 0), &context(), &device)
         .unwrap_err()

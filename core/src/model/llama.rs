@@ -290,11 +290,12 @@ impl LlamaParams {
                 return disagree(key, v.to_string(), has.to_string());
             }
         }
+        // Compared in f32: a GGUF file stores them as f32 (its ε 1e-5 is 9.99999975e-6).
         for (key, given, has) in [
             ("rope_base", self.rope_base, shape.rope_base),
             ("rms_eps", self.rms_eps, shape.rms_eps),
         ] {
-            if let Some(v) = given.filter(|v| *v != has) {
+            if let Some(v) = given.filter(|v| *v as f32 != has as f32) {
                 return disagree(key, v.to_string(), has.to_string());
             }
         }
