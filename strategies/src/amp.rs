@@ -231,13 +231,16 @@ impl MemoryStrategy for Amp {
         req.compute_dtype = Some(self.dtype.dtype());
         req.loss_scale = scale;
         let model = req.model;
-        let out = next.run(req)?;
+        let mut out = next.run(req)?;
         // Unscale, and look for inf/NaN with one read back to the host: the sum of every
         // gradient's sum is finite exactly when no element is inf or NaN (short of a sum above
-        // f32's range, which is treated as an overflow too).
+        // f32's range, which is treated as an overflow too). The step's own gradients are let go
+        // before the loop, so that each scaled gradient is freed as its unscaled copy is made:
+        // the step holds one set of gradients and one tensor more, not two sets.
         let mut total: Option<Tensor<1>> = None;
         let mut unscaled = Vec::new();
-        for (info, g) in model.flat_grads(&out.grads) {
+        let scaled = model.flat_grads(&std::mem::replace(&mut out.grads, GradientsParams::new()));
+        for (info, g) in scaled {
             let g = g.inner().div_scalar(scale);
             let sum = g.clone().sum();
             total = Some(match total {

@@ -58,28 +58,43 @@ const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
     ),
     (
         "standard",
-        "src/bench.rs",
+        "src/bench/memory.rs",
         "a row label of `engram bench memory`",
     ),
     (
         "checkpoint",
-        "src/bench.rs",
+        "src/bench/memory.rs",
         "a row label of `engram bench memory`",
     ),
     (
         "amp",
-        "src/bench.rs",
+        "src/bench/memory.rs",
         "a row label of `engram bench memory`",
     ),
     (
         "mlp",
-        "src/cli/bench.rs",
-        "a value of `engram bench memory --model`",
+        "src/cli/bench/vocab.rs",
+        "a value of the benchmarks' `--model`",
     ),
     (
         "vit",
-        "src/cli/bench.rs",
-        "a value of `engram bench memory --model`",
+        "src/cli/bench/vocab.rs",
+        "a value of the benchmarks' `--model`",
+    ),
+    (
+        "cnn",
+        "src/cli/bench/vocab.rs",
+        "a value of the benchmarks' `--model`",
+    ),
+    (
+        "bert",
+        "src/cli/bench/vocab.rs",
+        "a value of the benchmarks' `--model`",
+    ),
+    (
+        "llama",
+        "src/cli/bench/vocab.rs",
+        "a value of the benchmarks' `--model`",
     ),
     (
         "lr",
