@@ -12,11 +12,18 @@
 //! through its linear layer as before; only the trainer's evaluation
 //! ([`ForwardCtx::evaluation`]) uses the class means, returning `−‖φ(x) − μ_c‖²` as logits
 //! `[batch, classes]` (`−10⁹` for a class without a mean).
+//!
+//! The heads it wraps ([`supports`]): the MLP's and CNN's [`HeadBlock`] (`φ` the flat input of
+//! the head) and BERT's [`PoolHead`] (`φ` the pooled sentence vector
+//! [`Activation::into_features`] gives, the head's own pooling and dropout kept). Other heads
+//! (a ViT's, a Llama's language-model head, a plugin's) are refused by the replay strategy
+//! before the first task, at its `classifier` key.
 
 use engram_core::burn;
 use engram_core::burn::module::Module;
-use engram_core::burn::nn::Linear;
+use engram_core::burn::nn::{Dropout, Linear};
 use engram_core::burn::tensor::{Tensor, TensorData};
+use engram_core::model::bert::{PoolHead, Pooling};
 use engram_core::model::mlp::HeadBlock;
 use engram_core::model::{Activation, Block, DynBlock, ForwardCtx, Model};
 
@@ -39,6 +46,24 @@ pub struct NcmHead {
     /// The class means used in evaluation (not parameters; in the replay strategy's state).
     #[module(skip)]
     pub means: ClassMeans,
+    /// A wrapped BERT [`PoolHead`]'s pooling of [`Activation::Tokens`] `[batch, tokens,
+    /// hidden]` to `[batch, hidden]` (`None`: the input is flattened, as [`HeadBlock`] does).
+    #[module(skip)]
+    pub pooling: Option<Pooling>,
+    /// A wrapped [`PoolHead`]'s dropout on the pooled vector, in training (`None`: none).
+    #[module(skip)]
+    pub dropout: Option<Dropout>,
+}
+
+impl NcmHead {
+    /// The features `φ` `[batch, d]` the head classifies: `x` pooled by [`NcmHead::pooling`]
+    /// (token hidden states), else flattened.
+    fn features(&self, x: Activation) -> Tensor<2> {
+        match self.pooling {
+            Some(p) => x.into_features(p),
+            None => x.into_flat(),
+        }
+    }
 }
 
 /// L2-normalises the rows of `x` `[n, d]`.
@@ -49,8 +74,12 @@ pub fn normalize_rows(x: Tensor<2>) -> Tensor<2> {
 
 impl Block for NcmHead {
     fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
-        let x = x.into_flat();
+        let x = self.features(x);
         if !ctx.evaluation || self.means.present.iter().all(|p| !p) {
+            let x = match &self.dropout {
+                Some(d) => d.forward(x),
+                None => x,
+            };
             return Activation::Flat(self.linear.forward(x));
         }
         let device = x.device();
@@ -79,21 +108,52 @@ impl Block for NcmHead {
     }
 }
 
-/// `model` with its last block (a [`HeadBlock`] or an [`NcmHead`]) carrying `means`; the model
-/// unchanged when the last block is neither.
+/// Whether `model`'s last block is a head [`with_means`] can wrap: a [`HeadBlock`], a BERT
+/// [`PoolHead`], or an [`NcmHead`] already.
+pub fn supports(model: &Model) -> bool {
+    model.blocks().last().is_some_and(|b| {
+        b.downcast_ref::<HeadBlock>().is_some()
+            || b.downcast_ref::<PoolHead>().is_some()
+            || b.downcast_ref::<NcmHead>().is_some()
+    })
+}
+
+/// How `model`'s head pools token hidden states into the features `φ` the class means are
+/// taken over: a wrapped [`PoolHead`]'s pooling, else
+/// [`engram_core::model::bert::pooling_of`] (a [`PoolHead`]'s, or mean pooling).
+pub fn pooling_of(model: &Model) -> Pooling {
+    model
+        .blocks()
+        .last()
+        .and_then(|b| b.downcast_ref::<NcmHead>())
+        .and_then(|h| h.pooling)
+        .unwrap_or_else(|| engram_core::model::bert::pooling_of(model))
+}
+
+/// `model` with its last block (a [`HeadBlock`], a [`PoolHead`] or an [`NcmHead`]) carrying
+/// `means`; the model unchanged when the last block is none of them (see [`supports`]).
 pub fn with_means(mut model: Model, means: ClassMeans) -> Model {
     let Some(last) = model.num_blocks().checked_sub(1) else {
         return model;
     };
     let block = &model.blocks()[last];
-    let linear = if let Some(h) = block.downcast_ref::<HeadBlock>() {
-        h.linear.clone()
+    let (linear, pooling, dropout) = if let Some(h) = block.downcast_ref::<HeadBlock>() {
+        (h.linear.clone(), None, None)
+    } else if let Some(h) = block.downcast_ref::<PoolHead>() {
+        (h.linear.clone(), Some(h.pooling), Some(h.dropout.clone()))
     } else if let Some(h) = block.downcast_ref::<NcmHead>() {
-        h.linear.clone()
+        (h.linear.clone(), h.pooling, h.dropout.clone())
     } else {
         return model;
     };
-    model.replace_block(last, |_| DynBlock::new(NcmHead { linear, means }));
+    model.replace_block(last, |_| {
+        DynBlock::new(NcmHead {
+            linear,
+            means,
+            pooling,
+            dropout,
+        })
+    });
     model
 }
 
@@ -155,6 +215,8 @@ mod tests {
         let head = NcmHead {
             linear,
             means: class_means(&[1.0, 0.0, 0.0, 1.0], 2, &[0, 2], 3),
+            pooling: None,
+            dropout: None,
         };
         let x = Tensor::<2>::from_data(TensorData::new(vec![0.9f32, 0.1, 0.2, 5.0], [2, 2]), &d);
         let eval = ForwardCtx::evaluation(None);

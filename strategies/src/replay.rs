@@ -99,6 +99,10 @@ pub struct Replay {
     drawn: Vec<(usize, usize)>,
     /// Stored logits of those rows `[m, classes]`, when distilling.
     targets: Option<Tensor<2>>,
+    /// With `classifier = "ncm"`: the error (at the `classifier` key) that refuses a model
+    /// whose head the class means cannot replace ([`crate::ncm::supports`]), returned by the
+    /// first `before_task` when the model has such a head.
+    ncm_refusal: Option<Error>,
 }
 
 impl Replay {
@@ -118,8 +122,19 @@ impl Replay {
         let mixing = Mixing::of(&p, err)?;
         check_sizes(&p, num_tasks, err)?;
         check_rates(&p, err)?;
+        let ncm_refusal = (p.classifier == Classifier::Ncm).then(|| {
+            err(
+                "classifier",
+                "replay: classifier = \"ncm\" replaces the model's linear head (an MLP's, a \
+                 CNN's or BERT's pooled head) with class means of its features; this model's \
+                 last block is another kind of head"
+                    .into(),
+                Some("use classifier = \"linear\" (the default) with this model".into()),
+            )
+        });
         Ok(Self {
             p,
+            ncm_refusal,
             mixing,
             means: None,
             buffers: Vec::new(),
@@ -331,6 +346,17 @@ impl ForgettingStrategy for Replay {
                 let s = &mut self.buffers[t][i];
                 s.priority = d * s.priority + (1.0 - d) * l;
             }
+        }
+        Ok(())
+    }
+
+    /// Refuses `classifier = "ncm"` on a model whose head it cannot wrap
+    /// ([`crate::ncm::supports`]), before any training (it was silently ignored).
+    fn before_task(&mut self, cx: &mut TaskContext<'_>) -> Result<()> {
+        if !crate::ncm::supports(cx.model)
+            && let Some(e) = self.ncm_refusal.take()
+        {
+            return Err(e);
         }
         Ok(())
     }

@@ -702,3 +702,41 @@ fn minilm_equals_transformers() {
         assert!(worst <= 1e-4, "{worst}");
     }
 }
+
+/// Replay's `classifier = "ncm"` on BERT (it was silently ignored: only an MLP's head was
+/// wrapped): the class means replace the pooled head, over the sentence vectors the head's own
+/// pooling gives. With each of three sentences its own class, its mean is its own normalised
+/// vector `f` (‖f‖ = 1), so each is predicted as itself with logit `2 f·μ − ‖μ‖² = 2 − 1 = 1`
+/// (the others below 1); training still goes through the linear head, unchanged.
+#[test]
+fn ncm_classifies_bert_by_the_means_of_its_pooled_vectors() {
+    use engram::strategies::ncm::{self, NcmHead};
+    let device = Device::flex();
+    let mut rng = engram::core::rng::stream(0, "init", 0, 0);
+    for pooling in [Pooling::Cls, Pooling::Mean] {
+        let model = bert::build_bert(&small_shape(pooling, 0.0), 3, &mut rng, &device);
+        let x = ids_input(
+            &[vec![2, 5, 7, 0], vec![3, 9, 11, 12], vec![4, 4, 6, 0]],
+            &device,
+        );
+        let (hidden, mask) = last_hidden(&model, x.clone());
+        let features = vec_of(bert::pool(hidden, &mask, pooling));
+        let means = ncm::class_means(&features, features.len() / 3, &[0, 1, 2], 3);
+        let linear = vec_of(model.forward(Activation::Flat(x.clone()), &ForwardCtx::default()));
+        assert!(ncm::supports(&model));
+        let wrapped = ncm::with_means(model, means);
+        let head = wrapped.blocks().last().unwrap();
+        assert!(head.downcast_ref::<NcmHead>().is_some(), "{pooling:?}");
+        assert_eq!(ncm::pooling_of(&wrapped), pooling);
+        let eval =
+            vec_of(wrapped.forward(Activation::Flat(x.clone()), &ForwardCtx::evaluation(None)));
+        for (i, row) in eval.chunks(3).enumerate() {
+            assert!((row[i] - 1.0).abs() < 1e-5, "{pooling:?} row {i}: {row:?}");
+            for (c, &v) in row.iter().enumerate() {
+                assert!(c == i || v < row[i], "{pooling:?} row {i}: {row:?}");
+            }
+        }
+        let train = vec_of(wrapped.forward(Activation::Flat(x), &ForwardCtx::default()));
+        assert_eq!(train, linear, "{pooling:?}");
+    }
+}

@@ -681,3 +681,22 @@ fn the_bert_throughput_figure_is_generated() {
     let script = std::fs::read_to_string(root.join("bench/bert-throughput.sh")).unwrap();
     assert!(script.contains("> book/src/figures/bert-throughput.md.tmp"));
 }
+
+/// Replay's `classifier = "ncm"` cannot replace a ViT's token head (norm, mean over tokens,
+/// linear): refused before the first task at the `classifier` line, exit 2, instead of the
+/// linear head silently evaluating.
+#[test]
+fn ncm_on_a_vit_is_refused_at_its_line() {
+    crate::util::require_fmnist!();
+    let d = tempfile::tempdir().unwrap();
+    let cfg = vit_config(
+        d.path(),
+        "v.toml",
+        "[[forgetting]]\ntype = \"replay\"\ncapacity = 20\nclassifier = \"ncm\"\n",
+    );
+    let (code, out) = run_quiet(&cfg, &d.path().join("out"), &[], &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("v.toml:24:"), "{out}");
+    assert!(out.contains("classifier = \"ncm\""), "{out}");
+    assert!(out.contains("use classifier = \"linear\""), "{out}");
+}

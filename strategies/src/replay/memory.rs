@@ -164,7 +164,7 @@ pub(super) fn forward_rows(
     let inner = cx.device.clone().inner();
     let ctx = ForwardCtx::default();
     let (mut out, mut width) = (Vec::new(), 0);
-    let pooling = engram_core::model::bert::pooling_of(&valid);
+    let pooling = crate::ncm::pooling_of(&valid);
     for chunk in refs.chunks(500) {
         let b = cx.stream.batch(chunk, Part::Train, cx.task.index, &inner);
         let f = valid

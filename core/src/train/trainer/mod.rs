@@ -60,9 +60,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// `e` as an error of strategy `name`; an error that already names that strategy is kept as
-/// it is (the name once, not twice).
+/// it is (the name once, not twice), and so is a positioned [`Error::Config`]: a hook that
+/// finds its entry's keys cannot apply to the run (replay's `classifier = "ncm"` on a head it
+/// cannot wrap) reports bad input at the key's line, exit 2.
 fn strategy_err(name: &str, e: Error) -> Error {
     match e {
+        e @ Error::Config { .. } => e,
         e @ Error::Strategy { .. } if matches!(&e, Error::Strategy { strategy, .. } if strategy == name) => {
             e
         }
