@@ -47,6 +47,11 @@ fn sources(root: &Path, dirs: &[&str]) -> BTreeMap<PathBuf, String> {
 /// Places that name a built-in for another meaning than the component, with why.
 const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
     (
+        "llama",
+        "core/src/model/llama/gguf.rs",
+        "a GGUF file's `general.architecture`, the only one the llama model reads",
+    ),
+    (
         "naive",
         "src/report/compare.rs",
         "a run's config naming the naive baseline, which `compare` measures plasticity against",
