@@ -2,14 +2,15 @@
 """Reference values for engram's Llama decoder from GGUF (issue #31, item 2, the GGUF half).
 
 1. tests/data/gguf/llama-tiny.gguf: the tied tiny random checkpoint of
-   bench/reference/llama_tiny.py (tests/data/llama-tiny/) as ONE F32 GGUF, written with the
+   bench/reference/llama_tiny.py (tests/data/llama-tiny/) as ONE F32 GGUF (and
+   llama-tiny-untied.gguf from tests/data/llama-tiny-untied/, with its `output`), written with the
    `gguf` package as llama.cpp's convert_hf_to_gguf.py writes a LlamaForCausalLM:
    - metadata: general.architecture = llama, llama.{context_length, embedding_length,
      block_count, feed_forward_length, rope.dimension_count, attention.head_count,
      attention.head_count_kv, attention.layer_norm_rms_epsilon, rope.freq_base, vocab_size},
      general.file_type = 0 (all F32);
    - tensors: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
-     ffn_gate, ffn_up, ffn_down}, output_norm (no `output`: the embeddings are tied), with
+     ffn_gate, ffn_up, ffn_down}, output_norm (`output` only when untied), with
      attn_q / attn_k rows PERMUTED for llama.cpp's adjacent-pair rotation (convert's
      `permute`), which a loader must undo;
    - a byte-level BPE tokenizer (tokenizer.ggml.model = gpt2) of exactly the model's 300 ids:
@@ -94,12 +95,12 @@ def permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_tiny(out):
+def write_tiny(name, out):
     import gguf
     import numpy as np
     from safetensors.numpy import load_file
 
-    src = os.path.join(DATA, "llama-tiny")
+    src = os.path.join(DATA, name)
     cfg = json.load(open(os.path.join(src, "config.json")))
     sd = load_file(os.path.join(src, "model.safetensors"))
     heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -111,7 +112,7 @@ def write_tiny(out):
     types = [3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS))
 
     w = gguf.GGUFWriter(out, "llama")
-    w.add_name("llama-tiny")
+    w.add_name(name)
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(d)
     w.add_block_count(layers)
@@ -148,6 +149,8 @@ def write_tiny(out):
         t(f"blk.{i}.ffn_up.weight", sd[p + "mlp.up_proj.weight"])
         t(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"])
     t("output_norm.weight", sd["model.norm.weight"])
+    if not cfg.get("tie_word_embeddings", True):
+        t("output.weight", sd["lm_head.weight"])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -155,8 +158,9 @@ def write_tiny(out):
     print(f"wrote {out}: {os.path.getsize(out)} bytes")
 
 
-def check_tiny(out, vers):
-    """transformers, loading the GGUF, reproduces the HF model's reference logits."""
+def check_tiny(name, out, vers):
+    """transformers, loading the GGUF, reproduces the HF model's reference logits (and, for
+    llama-tiny, writes its tokenizer's ids)."""
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -164,9 +168,9 @@ def check_tiny(out, vers):
         print("torch/transformers absent: transformers' check of the GGUF skipped")
         return
     torch.set_num_threads(1)
-    d, name = os.path.split(out)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32, attn_implementation="eager").eval()
-    ref = json.load(open(os.path.join(DATA, "llama-tiny", "reference.json")))
+    d, fname = os.path.split(out)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=fname, dtype=torch.float32, attn_implementation="eager").eval()
+    ref = json.load(open(os.path.join(DATA, name, "reference.json")))
     worst, scale = 0.0, 0.0
     with torch.no_grad():
         for s in ref["samples"]:
@@ -174,9 +178,11 @@ def check_tiny(out, vers):
             want = torch.tensor(s["logits"])
             worst = max(worst, (got - want).abs().max().item())
             scale = max(scale, want.abs().max().item())
-    print(f"transformers on the GGUF vs the HF reference: max |Δ| {worst:.3e}, max |logit| {scale:.3f}")
+    print(f"{name}: transformers on the GGUF vs the HF reference: max |Δ| {worst:.3e}, max |logit| {scale:.3f}")
     assert worst <= 1e-4 * scale, "transformers does not reproduce the reference from the GGUF"
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=name)
+    if name != "llama-tiny":
+        return
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=fname)
     texts = [{"text": x, "ids": tok(x)["input_ids"]} for x in TINY_TEXTS]
     with open(os.path.join(d, "llama-tiny.json"), "w") as fh:
         json.dump({"source": "bench/reference/llama_gguf.py", "versions": vers,
@@ -220,9 +226,10 @@ def main():
     if "--smollm2" in sys.argv:
         smollm2(sys.argv[sys.argv.index("--smollm2") + 1], vers)
         return
-    out = os.path.join(DATA, "gguf", "llama-tiny.gguf")
-    write_tiny(out)
-    check_tiny(out, vers)
+    for name in ["llama-tiny", "llama-tiny-untied"]:
+        out = os.path.join(DATA, "gguf", f"{name}.gguf")
+        write_tiny(name, out)
+        check_tiny(name, out, vers)
 
 
 if __name__ == "__main__":

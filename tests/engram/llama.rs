@@ -540,6 +540,26 @@ fn tiny_gguf_equals_transformers() {
     assert_eq!(a, b, "the GGUF's weights are the HF directory's");
 }
 
+/// The untied tiny GGUF (its own `output.weight`): the geometry says untied, the head loads
+/// from `output`, and the logits equal transformers' on llama-tiny-untied.
+#[test]
+fn tiny_untied_gguf_equals_transformers() {
+    let file = data_dir("gguf").join("llama-tiny-untied.gguf");
+    let (model, report) = llama::gguf::from_file(&file, &Device::flex()).unwrap();
+    assert_eq!(report.loaded, 21, "{report:?}");
+    assert!(
+        report.missing.is_empty() && report.unused.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(model.numel(), 37_792);
+    let (worst, scale, _) = compare(&model, "llama-tiny-untied");
+    println!(
+        "llama-tiny-untied.gguf: max |Δlogit| {worst:.3e}, max |logit| {scale:.3}, relative {:.3e}",
+        worst / scale
+    );
+    assert!(worst <= 1e-3 * scale, "max |Δ| {worst} of {scale}");
+}
+
 /// The tiny GGUF's tokenizer, read as `[data.options] tokenizer` reads a tokenizer.json, gives
 /// transformers' ids (tests/data/gguf/llama-tiny.json) and pads with the eos id.
 #[test]
