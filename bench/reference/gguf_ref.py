@@ -1,4 +1,4 @@
-"""References for engram's GGUF reader (core/src/model/gguf), from the `gguf` package and
+"""References for engram's GGUF reader (core/src/gguf), from the `gguf` package and
 transformers' GGUF tokenizer converter.
 
 (a) Writes tests/data/gguf/tiny.gguf (a few KB): tensors of every type engram dequantises

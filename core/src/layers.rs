@@ -9,7 +9,7 @@
 pub const LAYERS: &[&[&str]] = &[
     &["error", "fsutil", "rng", "alloc", "device", "threads"],
     &["config"],
-    &["data"],
+    &["data", "gguf"],
     &["model"],
     &["strategy"],
     &["component"],

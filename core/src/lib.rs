@@ -17,8 +17,10 @@
 //! data/     shape (InputShape) · dataset · idx · format/ · stream · transform
 //!                                        datasets (Dataset, its shape and classes), readers,
 //!                                        `[data]`'s shape and normalisation, scenarios
+//! gguf/     read · dequant · tokenizer    llama.cpp's model files (data's layer: a tokenizer
+//!                                        for text data, weights for the llama model)
 //! model/    mod (Model, ModelContext) · activation · block · params · bridge · init
-//!           · mlp · cnn · vit             an object-safe model of blocks that is a Burn module
+//!           · mlp · cnn · vit · bert · llama  an object-safe model of blocks that is a Burn module
 //! strategy/ mod (the three traits, their contexts, BuildContext) · standard (the plain step)
 //! component Kind, Factory, Registration, `component!` (a built-in's one declaration)
 //! plugin    the ABI declaration, the loader's checks, Guarded (panics contained)
@@ -69,6 +71,7 @@ pub mod data;
 pub mod device;
 pub mod error;
 pub mod fsutil;
+pub mod gguf;
 #[cfg(test)]
 mod layers;
 pub mod model;

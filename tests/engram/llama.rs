@@ -504,7 +504,7 @@ fn gguf_unpermute_by_hand() {
 #[test]
 fn tiny_gguf_equals_transformers() {
     let device = Device::flex();
-    let f = engram::core::model::gguf::GgufFile::open(&tiny_gguf()).unwrap();
+    let f = engram::core::gguf::GgufFile::open(&tiny_gguf()).unwrap();
     assert_eq!(
         llama::gguf::shape_of(&f).unwrap(),
         LlamaShape {
@@ -754,7 +754,7 @@ fn smollm2_gguf_equals_transformers() {
         "{report:?}"
     );
     assert_eq!(model.numel(), 134_515_008);
-    let tok = engram::core::model::gguf::GgufFile::open(&path)
+    let tok = engram::core::gguf::GgufFile::open(&path)
         .unwrap()
         .tokenizer()
         .unwrap();

@@ -52,7 +52,7 @@ impl TextTokenizer {
     /// cannot hold its special tokens. Any `u32` id is taken: datasets store ids as `uint32`
     /// ([`crate::data::dataset::Values::Tokens`]), not as floats.
     pub fn load(path: &Path, max_len: usize) -> Result<Self> {
-        if let crate::model::init::InitSource::Gguf(_) = crate::model::init::InitSource::of(path) {
+        if crate::gguf::is_gguf(path) {
             return Self::from_gguf(path, max_len);
         }
         let bytes = crate::fsutil::read_bounded(path, crate::fsutil::MAX_TEXT_BYTES)
@@ -63,17 +63,17 @@ impl TextTokenizer {
     }
 
     /// The tokenizer of a GGUF file's metadata
-    /// ([`GgufFile::tokenizer`](crate::model::gguf::GgufFile::tokenizer): the ids
+    /// ([`GgufFile::tokenizer`](crate::gguf::GgufFile::tokenizer): the ids
     /// `transformers` gives with `gguf_file=`), what [`TextTokenizer::load`] reads for a path
     /// named `*.gguf` (or starting with `GGUF`). Its pad id is `tokenizer.ggml.padding_token_id`,
     /// else the `eos` id (SmolLM2: 2, `<|im_end|>`).
     ///
     /// # Errors
-    /// [`crate::model::gguf::GgufFile::open`]'s and `tokenizer`'s; [`Error::DataFile`] naming
+    /// [`crate::gguf::GgufFile::open`]'s and `tokenizer`'s; [`Error::DataFile`] naming
     /// the file when it has neither a pad nor an `eos` id, and for `max_len` as
     /// [`TextTokenizer::load`].
     pub fn from_gguf(path: &Path, max_len: usize) -> Result<Self> {
-        let t = crate::model::gguf::GgufFile::open(path)?.tokenizer()?;
+        let t = crate::gguf::GgufFile::open(path)?.tokenizer()?;
         let pad = t.pad_id.or(t.eos_id).ok_or_else(|| {
             bad(
                 path,

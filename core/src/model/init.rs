@@ -64,19 +64,7 @@ impl InitSource {
         if crate::model::bert::hf::is_hf_dir(path) {
             return Self::HfDir(path.to_path_buf());
         }
-        let named = path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
-        let magic = || {
-            use std::io::Read as _;
-            let mut head = [0u8; 4];
-            path.is_file()
-                && std::fs::File::open(path)
-                    .and_then(|mut f| f.read_exact(&mut head))
-                    .is_ok()
-                && &head == b"GGUF"
-        };
-        if named || magic() {
+        if crate::gguf::is_gguf(path) {
             Self::Gguf(path.to_path_buf())
         } else {
             Self::Safetensors(path.to_path_buf())

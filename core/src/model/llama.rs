@@ -247,7 +247,7 @@ impl LlamaParams {
         src: &crate::config::ParamSource,
         file: &std::path::Path,
     ) -> crate::Result<LlamaShape> {
-        let shape = crate::model::gguf::GgufFile::open(file)
+        let shape = crate::gguf::GgufFile::open(file)
             .and_then(|f| gguf::shape_of(&f))
             .map_err(|e| src.key_error("init", e.to_string(), None))?;
         self.agree(src, shape, file)

@@ -34,7 +34,6 @@ pub mod bert;
 pub mod block;
 pub mod bridge;
 pub mod cnn;
-pub mod gguf;
 pub mod init;
 pub mod llama;
 pub mod mlp;

@@ -1,5 +1,5 @@
 //! `[model] type = "llama"` with `init = "model.gguf"`: a Llama decoder from a GGUF file
-//! (llama.cpp's format, read by [`crate::model::gguf`]): the geometry from its metadata
+//! (llama.cpp's format, read by [`crate::gguf`]): the geometry from its metadata
 //! ([`shape_of`]), the weights dequantised to `f32` under their GGUF names
 //! ([`to_safetensors`]) and its tokenizer ([`GgufFile::tokenizer`], usable wherever a
 //! `tokenizer.json` is: [`crate::data::tokenizer::TextTokenizer::load`] takes a `.gguf`).
@@ -35,8 +35,8 @@
 
 use super::LlamaShape;
 use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
 use crate::model::Model;
-use crate::model::gguf::GgufFile;
 use crate::model::init::{InitError, InitLayout, InitReport};
 use std::path::Path;
 

@@ -43,6 +43,24 @@ use std::sync::Mutex;
 /// The format name in errors ([`Error::DataFile`]).
 const FORMAT: &str = "gguf";
 
+/// Whether `path` names a GGUF file: named `*.gguf` (any case), or a regular file whose first
+/// four bytes are the magic `GGUF`. The one rule by which `[model] init` and a tokenizer path
+/// tell a GGUF file from a Hugging Face directory, safetensors or `tokenizer.json`; reads at
+/// most 4 bytes, and a file it cannot read is not GGUF (its reader reports the error).
+pub fn is_gguf(path: &Path) -> bool {
+    let named = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    named
+        || (path.is_file() && {
+            let mut head = [0u8; 4];
+            std::fs::File::open(path)
+                .and_then(|mut f| f.read_exact(&mut head))
+                .is_ok()
+                && &head == b"GGUF"
+        })
+}
+
 /// The deepest nesting of arrays in a metadata value (an array of arrays is depth 2).
 pub const MAX_ARRAY_DEPTH: usize = 4;
 
