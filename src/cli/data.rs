@@ -70,6 +70,11 @@ pub enum DataCommand {
 pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
     match &args.command {
         DataCommand::Fetch { name, dir, url } => {
+            // A `--dir` that is a file (or lies under one, or is a dangling link) is refused by
+            // name before any client runs, not left to `create_dir_all`'s raw OS error.
+            if let Some(d) = dir {
+                engram::outpath::check_dir(d, "--dir")?;
+            }
             if let Some(fetched) = engram::fetch::corpora::fetch(name, dir.as_deref()) {
                 if url.is_some() {
                     return Err(engram::core::Error::Usage(format!(

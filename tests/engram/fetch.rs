@@ -347,3 +347,30 @@ fn a_malformed_or_incomplete_cifar_archive_writes_nothing() {
         .to_string();
     assert!(err.contains("the archive has no train.bin"), "{err}");
 }
+
+/// `--dir` naming a file, or a path under a file, is a usage error (exit 2) that names the flag
+/// and the path, before any download or registry client runs; nothing is written.
+#[test]
+fn a_fetch_dir_that_is_a_file_is_refused_by_name() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("afile");
+    std::fs::write(&file, "hi\n").unwrap();
+    for (name, dir, want) in [
+        ("bbc-news", file.clone(), "is a file, not a directory"),
+        ("fashion-mnist", file.clone(), "is a file, not a directory"),
+        ("smollm2", file.join("sub"), "is not a directory"),
+    ] {
+        let out = crate::util::engram()
+            .args(["data", "fetch", name, "--dir", dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let (code, text) = crate::util::output(out);
+        assert_eq!(code, 2, "{name}: {text}");
+        assert!(
+            text.contains(&format!("--dir {}", dir.display())) && text.contains(want),
+            "{name}: {text}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hi\n");
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+}
