@@ -18,6 +18,7 @@ mod fetch;
 mod formats;
 mod fuzz;
 mod llama;
+mod lm;
 mod memory;
 mod new_plugin;
 mod newcomer;

@@ -1,6 +1,7 @@
 //! The continual trainer, its metrics, memory accounting and report.
 
 pub mod checkpoint;
+pub mod lm;
 pub mod manifest;
 pub mod memory;
 pub mod metrics;
