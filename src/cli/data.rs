@@ -70,10 +70,16 @@ pub enum DataCommand {
 pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
     match &args.command {
         DataCommand::Fetch { name, dir, url } => {
-            // A `--dir` that is a file (or lies under one, or is a dangling link) is refused by
-            // name before any client runs, not left to `create_dir_all`'s raw OS error.
-            if let Some(d) = dir {
-                engram::outpath::check_dir(d, "--dir")?;
+            // A `--dir` (or, without one, an `$ENGRAM_DATA`) that is a file, lies under one or
+            // is a dangling link is refused by name before any client runs, not left to
+            // `create_dir_all`'s raw OS error.
+            let root = catalog::data_root();
+            match dir {
+                Some(d) => engram::outpath::check_dir(d, "--dir")?,
+                None if !root.as_os_str().is_empty() => {
+                    engram::outpath::check_dir(&root, "$ENGRAM_DATA")?;
+                }
+                None => {}
             }
             if let Some(fetched) = engram::fetch::corpora::fetch(name, dir.as_deref()) {
                 if url.is_some() {

@@ -348,8 +348,8 @@ fn a_malformed_or_incomplete_cifar_archive_writes_nothing() {
     assert!(err.contains("the archive has no train.bin"), "{err}");
 }
 
-/// `--dir` naming a file, or a path under a file, is a usage error (exit 2) that names the flag
-/// and the path, before any download or registry client runs; nothing is written.
+/// `--dir` (or `$ENGRAM_DATA`) naming a file, or a path under a file, is a usage error (exit 2)
+/// naming the flag and the path, before any download or registry client runs; nothing is written.
 #[test]
 fn a_fetch_dir_that_is_a_file_is_refused_by_name() {
     let d = tempfile::tempdir().unwrap();
@@ -371,6 +371,21 @@ fn a_fetch_dir_that_is_a_file_is_refused_by_name() {
             "{name}: {text}"
         );
     }
+    // Without --dir, the same for an $ENGRAM_DATA that is a file.
+    let out = crate::util::engram()
+        .args(["data", "fetch", "smollm2"])
+        .env("ENGRAM_DATA", &file)
+        .output()
+        .unwrap();
+    let (code, text) = crate::util::output(out);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(&format!(
+            "$ENGRAM_DATA {}: is a file, not a directory",
+            file.display()
+        )),
+        "{text}"
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "hi\n");
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
 }
