@@ -9,7 +9,7 @@ use engram::core::burn::tensor::{Device, Int, Tensor, TensorData};
 use engram::core::model::llama::{self, LlamaShape};
 use engram::core::model::{Activation, ForwardCtx, Model};
 use engram::core::train::lm::{
-    LmMetrics, Perplexity, chunk_windows, next_token_loss, next_token_nll,
+    LmMetrics, Perplexity, chunk_windows, next_token_loss, next_token_nll, perplexity_of,
 };
 
 fn logits3(rows: &[[[f32; 3]; 3]], device: &Device) -> Tensor<3> {
@@ -250,4 +250,41 @@ fn a_tiny_llama_on_two_domains_forgets_the_first() {
     assert!(matrix[0][0].unwrap() < before / 3.0, "{matrix:?}");
     assert!(matrix[1][1].unwrap() < before / 3.0, "{matrix:?}");
     assert!(m.forgetting_log_ppl.unwrap() > 0.0, "{matrix:?}");
+}
+
+/// `perplexity_of` in batches of 2 over 5 windows equals one pass over all 5 (token-weighted,
+/// not a mean of batch perplexities), and refuses what it cannot score.
+#[test]
+fn perplexity_of_is_batch_invariant_and_refuses_bad_windows() {
+    let d = Device::flex();
+    let shape = LlamaShape {
+        layers: 1,
+        hidden: 16,
+        heads: 2,
+        kv_heads: 1,
+        ffn: 32,
+        vocab: 24,
+        rope_base: 1e4,
+        rms_eps: 1e-5,
+        tied: false,
+    };
+    let mut rng = engram::core::rng::stream(3, "init", 0, 0);
+    let model = llama::build_llama(&shape, &mut rng, &d);
+    let windows = chunk_windows(&domain(|x| (x + 5) % 24, 0..4), Some(23), 6).unwrap();
+    assert_eq!(windows.len(), 8); // 4 × (12 + 1) = 52 tokens: 8 windows of 6, 4 dropped
+    let five = &windows[..5];
+    let whole = held_out_ppl(&model, five);
+    let p = perplexity_of(&model, five, 2, &d).unwrap();
+    assert_eq!(p.tokens, 25);
+    assert!(
+        (p.perplexity().unwrap() - whole).abs() < 1e-4 * whole,
+        "{p:?} vs {whole}"
+    );
+    for (w, b) in [(&windows[..0], 2), (five, 0), (&[vec![1u32]][..], 1)] {
+        assert!(perplexity_of(&model, w, b, &d).is_err());
+    }
+    let ragged = vec![vec![1u32, 2, 3], vec![1, 2]];
+    assert!(perplexity_of(&model, &ragged, 2, &d).is_err());
+    let e = perplexity_of(&model, &[vec![1u32, 40]], 1, &d).unwrap_err();
+    assert!(e.to_string().contains("vocabulary"), "{e}");
 }

@@ -227,3 +227,49 @@ impl LmMetrics {
         }
     }
 }
+
+/// Held-out perplexity of `model` (a language model: [`Model::forward_tokens`]) over
+/// `windows` (token ids, every window the same length, as [`chunk_windows`] gives them), in
+/// batches of `batch` windows on `device`, without an autodiff graph: `exp(Σ NLL / Σ tokens)`
+/// over all windows, so batching does not change it.
+///
+/// # Errors
+/// [`Error::Data`] when there is no window, `batch` is 0, the windows differ in length or hold
+/// fewer than 2 tokens, or an id is outside the vocabulary; the model's error when it gives no
+/// per-token logits (a classifier).
+///
+/// [`Model::forward_tokens`]: crate::model::Model::forward_tokens
+pub fn perplexity_of(
+    model: &crate::model::Model,
+    windows: &[Vec<u32>],
+    batch: usize,
+    device: &burn::tensor::Device,
+) -> Result<Perplexity> {
+    let len = windows.first().map_or(0, Vec::len);
+    if windows.is_empty() || batch == 0 || len < 2 || windows.iter().any(|w| w.len() != len) {
+        return Err(Error::Data(format!(
+            "perplexity: {} windows in batches of {batch}: need at least one window, all of one \
+             length of 2 tokens or more, and a batch of 1 or more",
+            windows.len()
+        )));
+    }
+    // The embedding would index out of range (a panic) on an id past the vocabulary.
+    let vocab = model.num_classes;
+    if let Some(bad) = windows.iter().flatten().find(|&&v| v as usize >= vocab) {
+        return Err(Error::Data(format!(
+            "perplexity: id {bad} is outside the model's vocabulary 0..{vocab}"
+        )));
+    }
+    let mut p = Perplexity::default();
+    for chunk in windows.chunks(batch) {
+        let shape = [chunk.len(), len];
+        let f: Vec<f32> = chunk.iter().flatten().map(|&v| v as f32).collect();
+        let i: Vec<i64> = chunk.iter().flatten().map(|&v| i64::from(v)).collect();
+        let x =
+            crate::model::Activation::Flat(Tensor::from_data(TensorData::new(f, shape), device));
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(i, shape), device);
+        let logits = model.forward_tokens(x, &crate::model::ForwardCtx::evaluation(None))?;
+        p.add(&next_token_nll(logits, ids, &vec![len; chunk.len()])?);
+    }
+    Ok(p)
+}
