@@ -288,3 +288,33 @@ fn perplexity_of_is_batch_invariant_and_refuses_bad_windows() {
     let e = perplexity_of(&model, &[vec![1u32, 40]], 1, &d).unwrap_err();
     assert!(e.to_string().contains("vocabulary"), "{e}");
 }
+
+/// Texts through the tiny GGUF's byte-level BPE tokenizer into windows: the concatenation of
+/// transformers' ids for each text (tests/data/gguf/llama-tiny.json, from
+/// bench/reference/llama_gguf.py) each followed by the eos id 2, cut into windows of 8.
+#[test]
+fn texts_become_windows_of_transformers_ids() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf");
+    let tok = engram::core::data::tokenizer::TextTokenizer::load(&root.join("llama-tiny.gguf"), 64)
+        .unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("llama-tiny.json")).unwrap())
+            .unwrap();
+    let (mut texts, mut stream) = (Vec::new(), Vec::new());
+    for t in r["texts"].as_array().unwrap() {
+        texts.push(t["text"].as_str().unwrap().to_string());
+        stream.extend(
+            t["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32),
+        );
+        stream.push(2);
+    }
+    let got = engram::core::train::lm::windows_from_texts(&tok, &texts, Some(2), 8).unwrap();
+    let want: Vec<Vec<u32>> = stream.chunks_exact(8).map(<[u32]>::to_vec).collect();
+    assert!(want.len() >= 5, "{}", want.len());
+    assert_eq!(got, want);
+    assert!(engram::core::train::lm::windows_from_texts(&tok, &texts, Some(2), 0).is_err());
+}

@@ -273,3 +273,25 @@ pub fn perplexity_of(
     }
     Ok(p)
 }
+
+/// Windows of `window` tokens from raw texts: each text encoded by `tokenizer` (its own special
+/// tokens added; truncated at the tokenizer's `max_len`, so load it with a `max_len` that holds
+/// the longest document), then [`chunk_windows`] with `eos` after each document.
+///
+/// # Errors
+/// The tokenizer's error on a text; [`chunk_windows`]'s for `window` 0.
+pub fn windows_from_texts<S: AsRef<str>>(
+    tokenizer: &crate::data::tokenizer::TextTokenizer,
+    texts: &[S],
+    eos: Option<u32>,
+    window: usize,
+) -> Result<Vec<Vec<u32>>> {
+    let mut docs = Vec::with_capacity(texts.len());
+    let mut row = Vec::with_capacity(tokenizer.max_len());
+    for t in texts {
+        row.clear();
+        let n = tokenizer.encode_into(t.as_ref(), &mut row)?;
+        docs.push(row[..n].to_vec());
+    }
+    chunk_windows(&docs, eos, window)
+}
