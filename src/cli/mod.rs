@@ -11,6 +11,7 @@ pub mod embed;
 pub mod eval;
 pub mod export;
 pub mod list;
+pub mod lm;
 pub mod new;
 pub mod report;
 pub mod resume;
@@ -79,6 +80,10 @@ commands! {
     /// Sentence embeddings: a Hugging Face BERT directory's pooled outputs for texts, one per
     /// line, as JSON.
     Embed(embed::EmbedArgs) => embed::embed,
+    /// Perplexity of a Llama (GGUF file or Hugging Face directory) on a text, in windows.
+    Perplexity(lm::PerplexityArgs) => lm::perplexity,
+    /// Greedy continuation of a prompt by a Llama (GGUF file or Hugging Face directory).
+    Generate(lm::GenerateArgs) => lm::generate,
     /// Continue a killed or interrupted run from its newest valid checkpoint (a `--seeds`
     /// directory: every unfinished seed, then the aggregate).
     Resume(resume::ResumeArgs) => resume::resume,

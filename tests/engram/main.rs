@@ -19,6 +19,7 @@ mod formats;
 mod fuzz;
 mod llama;
 mod lm;
+mod lm_cli;
 mod memory;
 mod new_plugin;
 mod newcomer;

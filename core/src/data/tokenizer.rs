@@ -173,6 +173,35 @@ impl TextTokenizer {
         Ok(n)
     }
 
+    /// One text's ids with the tokenizer's own special tokens (a GGUF's `bos` when its
+    /// `add_bos_token` says so; BERT's `[CLS] … [SEP]`), truncated at `max_len`, **not** padded:
+    /// `[n]`, `n ≤ max_len`. What a language model reads (`engram perplexity`, `engram
+    /// generate`).
+    ///
+    /// # Errors
+    /// [`Error::DataFile`] naming the tokenizer file when the `tokenizers` crate fails on the
+    /// text.
+    pub fn encode_ids(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode(text, true)
+            .map_err(|e| bad(&self.path, format!("cannot encode a text: {e}")))?;
+        let ids = enc.get_ids();
+        Ok(ids[..ids.len().min(self.max_len)].to_vec())
+    }
+
+    /// The text of `ids` (the tokenizer's decoder: byte-level BPE back to UTF-8), special
+    /// tokens left out when `skip_special`.
+    ///
+    /// # Errors
+    /// [`Error::DataFile`] naming the tokenizer file when an id is not in its vocabulary or the
+    /// decoder fails.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| bad(&self.path, format!("cannot decode ids: {e}")))
+    }
+
     /// The ids of `texts`, row-major `[texts.len(), max_len]` ([`TextTokenizer::encode_into`]),
     /// encoded on engram's thread pool (rayon's), in order.
     ///

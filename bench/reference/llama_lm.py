@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Reference values for `engram perplexity` and `engram generate` (issue #31, item 3).
+
+On the tiny random Llama GGUF (tests/data/gguf/llama-tiny.gguf, bench/reference/llama_gguf.py),
+loaded by transformers itself (`LlamaForCausalLM.from_pretrained(dir, gguf_file=...)`, float32,
+CPU, eager attention) with the GGUF's own tokenizer (`AutoTokenizer`, default special tokens):
+
+1. perplexity: each non-empty line of tests/data/gguf/lm-text.txt is a document; its ids
+   (`tokenizer(line).input_ids`) followed by the eos id, concatenated, cut into windows of
+   WINDOW tokens, the last partial window dropped (Hugging Face run_clm.py's group_texts);
+   perplexity = exp(mean over every window of the model's shifted next-token cross-entropy);
+2. generate: `model.generate(prompt ids, do_sample=False, max_new_tokens=N)` (greedy).
+
+Writes tests/data/gguf/llama-tiny-lm.json. Pinned: torch 2.15.0, transformers 5.25.0,
+gguf 0.19.0 (other versions refused unless --any-version).
+
+Usage: python3 bench/reference/llama_lm.py [--any-version]
+"""
+
+import importlib.metadata
+import json
+import math
+import os
+import sys
+
+PINNED = {"torch": "2.15.0", "transformers": "5.25.0", "gguf": "0.19.0"}
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GGUF_DIR = os.path.join(ROOT, "tests", "data", "gguf")
+WINDOW = 8
+PROMPT = "the cat"
+NEW_TOKENS = 10
+
+
+def main():
+    import gguf
+    import torch
+    import transformers
+
+    versions = {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
+                "gguf": importlib.metadata.version("gguf")}
+    if versions != PINNED and "--any-version" not in sys.argv:
+        sys.exit(f"versions {versions} differ from the pinned {PINNED} (--any-version to go on)")
+    torch.manual_seed(0)
+    name = "llama-tiny.gguf"
+    tok = transformers.AutoTokenizer.from_pretrained(GGUF_DIR, gguf_file=name)
+    model = transformers.LlamaForCausalLM.from_pretrained(
+        GGUF_DIR, gguf_file=name, torch_dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    eos = model.config.eos_token_id
+    with open(os.path.join(GGUF_DIR, "lm-text.txt"), encoding="utf-8") as f:
+        docs = [l for l in f.read().splitlines() if l.strip()]
+    stream = []
+    for d in docs:
+        stream += tok(d).input_ids + [eos]
+    n = len(stream) // WINDOW
+    windows = [stream[i * WINDOW:(i + 1) * WINDOW] for i in range(n)]
+    with torch.no_grad():
+        x = torch.tensor(windows)
+        logits = model(x).logits.double()
+        logp = torch.log_softmax(logits[:, :-1], dim=-1)
+        nll = -logp.gather(2, x[:, 1:, None]).squeeze(2)
+        mean_nll = nll.mean().item()
+        prompt = tok(PROMPT, return_tensors="pt").input_ids
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                             max_new_tokens=NEW_TOKENS, eos_token_id=eos, pad_token_id=eos)
+    generated = out[0, prompt.shape[1]:].tolist()
+    result = {
+        "source": "bench/reference/llama_lm.py",
+        "versions": versions,
+        "model": "tests/data/gguf/llama-tiny.gguf",
+        "text": "tests/data/gguf/lm-text.txt",
+        "eos": eos,
+        "window": WINDOW,
+        "windows": windows,
+        "dropped_tokens": len(stream) - n * WINDOW,
+        "tokens": n * (WINDOW - 1),
+        "mean_nll": mean_nll,
+        "perplexity": math.exp(mean_nll),
+        "prompt": PROMPT,
+        "prompt_ids": prompt[0].tolist(),
+        "max_new_tokens": NEW_TOKENS,
+        "generated_ids": generated,
+    }
+    with open(os.path.join(GGUF_DIR, "llama-tiny-lm.json"), "w") as f:
+        json.dump(result, f)
+        f.write("\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "windows"}))
+
+
+if __name__ == "__main__":
+    main()
