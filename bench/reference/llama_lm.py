@@ -11,7 +11,10 @@ CPU, eager attention) with the GGUF's own tokenizer (`AutoTokenizer`, default sp
    perplexity = exp(mean over every window of the model's shifted next-token cross-entropy);
 2. generate: `model.generate(prompt ids, do_sample=False, max_new_tokens=N)` (greedy).
 
-Writes tests/data/gguf/llama-tiny-lm.json. Pinned: torch 2.15.0, transformers 5.25.0,
+Writes tests/data/gguf/llama-tiny-lm.json, and tests/data/gguf/llama-tiny-tokenizer.json: the
+GGUF's tokenizer as transformers converts it (`backend_tokenizer.save`), so that the Hugging
+Face directory tests/data/llama-tiny/ (the same weights) with it as tokenizer.json is a second
+MODEL for the same figures. Pinned: torch 2.15.0, transformers 5.25.0,
 gguf 0.19.0 (other versions refused unless --any-version).
 
 Usage: python3 bench/reference/llama_lm.py [--any-version]
@@ -81,6 +84,7 @@ def main():
         "max_new_tokens": NEW_TOKENS,
         "generated_ids": generated,
     }
+    tok.backend_tokenizer.save(os.path.join(GGUF_DIR, "llama-tiny-tokenizer.json"))
     with open(os.path.join(GGUF_DIR, "llama-tiny-lm.json"), "w") as f:
         json.dump(result, f)
         f.write("\n")

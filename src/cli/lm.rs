@@ -124,7 +124,13 @@ fn load(path: &Path, device: &engram::core::burn::tensor::Device) -> Result<Load
         let eos = json["eos_token_id"].as_u64().map(|v| v as u32);
         let context = json["max_position_embeddings"].as_u64().map(|v| v as usize);
         let (model, _) = llama::hf::from_dir(path, device).map_err(at)?;
-        let tokenizer = TextTokenizer::load(&tok, NO_TRUNCATION)?;
+        // A decoder pads nothing here; the id only fills TextTokenizer's padded form.
+        let pad = json["pad_token_id"]
+            .as_u64()
+            .map(|v| v as u32)
+            .or(eos)
+            .unwrap_or(0);
+        let tokenizer = TextTokenizer::load_with_pad(&tok, NO_TRUNCATION, pad)?;
         return Ok(Loaded {
             model,
             tokenizer,

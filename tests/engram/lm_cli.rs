@@ -61,6 +61,64 @@ fn perplexity_equals_transformers_on_the_tiny_llama() {
     assert!(log.contains("70 tokens"), "{log}");
 }
 
+/// The Hugging Face directory of the same weights (tests/data/llama-tiny/) with the GGUF's
+/// tokenizer as transformers converts it (tokenizer.json) gives the same perplexity and ids.
+#[test]
+fn a_hugging_face_directory_gives_the_same_figures() {
+    let r = reference();
+    let dir = tempfile::tempdir().unwrap();
+    let hf = dir.path().join("llama");
+    std::fs::create_dir(&hf).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/llama-tiny");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), hf.join(f)).unwrap();
+    }
+    let hf_s = hf.display().to_string();
+    // No tokenizer.json yet: refused by name.
+    let text = gguf_dir().join("lm-text.txt");
+    let text = text.to_str().unwrap();
+    let (code, log) = run(&["perplexity", &hf_s, "--text", text, "--window", "8"]);
+    assert_eq!(code, 2, "{log}");
+    assert!(log.contains("tokenizer.json: no such file"), "{log}");
+    std::fs::copy(
+        gguf_dir().join("llama-tiny-tokenizer.json"),
+        hf.join("tokenizer.json"),
+    )
+    .unwrap();
+    let out = dir.path().join("ppl.json");
+    let (code, log) = run(&[
+        "perplexity",
+        &hf_s,
+        "--text",
+        text,
+        "--window",
+        "8",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{log}");
+    let got = read_json(&out);
+    assert_eq!(got["tokens"], r["tokens"]);
+    let (a, b) = (
+        got["perplexity"].as_f64().unwrap(),
+        r["perplexity"].as_f64().unwrap(),
+    );
+    assert!((a - b).abs() <= 1e-4 * b, "engram {a}, transformers {b}");
+    let out = dir.path().join("gen.json");
+    let (code, log) = run(&[
+        "generate",
+        &hf_s,
+        "--prompt",
+        "the cat",
+        "--tokens",
+        "10",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(read_json(&out)["generated_ids"], r["generated_ids"]);
+}
+
 /// Greedy ids equal `generate(do_sample=False, max_new_tokens=10)`'s; the printed text is the
 /// prompt and its continuation decoded.
 #[test]

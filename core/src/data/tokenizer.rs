@@ -62,6 +62,21 @@ impl TextTokenizer {
         Self::with(inner, path, max_len, None)
     }
 
+    /// [`TextTokenizer::load`] of a Hugging Face `tokenizer.json` with `pad_id` as its pad id,
+    /// whatever the file says: for a decoder's tokenizer (a Llama's has neither a padding
+    /// section nor a `[PAD]` token), where the caller takes the id from the model's
+    /// `config.json` (`pad_token_id`, else `eos_token_id`, as [`TextTokenizer::from_gguf`]).
+    ///
+    /// # Errors
+    /// As [`TextTokenizer::load`], less the missing pad id.
+    pub fn load_with_pad(path: &Path, max_len: usize, pad_id: u32) -> Result<Self> {
+        let bytes = crate::fsutil::read_bounded(path, crate::fsutil::MAX_TEXT_BYTES)
+            .map_err(|e| Error::io(path, e))?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
+            .map_err(|e| bad(path, format!("not a Hugging Face tokenizer file: {e}")))?;
+        Self::with(inner, path, max_len, Some(pad_id))
+    }
+
     /// The tokenizer of a GGUF file's metadata
     /// ([`GgufFile::tokenizer`](crate::gguf::GgufFile::tokenizer): the ids
     /// `transformers` gives with `gguf_file=`), what [`TextTokenizer::load`] reads for a path
