@@ -273,3 +273,41 @@ fn a_replay_memory_of_text_holds_the_documents_ids() {
     assert_eq!((s.samples, s.sample_bytes, s.input_bytes), (3, 48, 3 * 48));
     assert_eq!(s.dtype, "token ids (uint32)");
 }
+
+/// A model that does not fit the data is refused before anything runs, at its `[model]` line,
+/// exit 2, never a panic: token ids past the embedding's table (the tiny tokenizer's ids reach
+/// 100 and more; a BERT of 20 ids), and a decoder language model, whose outputs are its
+/// vocabulary's next-token logits, not the data's 2 classes.
+#[test]
+fn a_model_that_does_not_fit_the_data_is_refused_at_its_line() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = setup(d.path());
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let vocab_line = text.lines().position(|l| l == "vocab = 200").unwrap() + 1;
+    std::fs::write(&cfg, text.replace("vocab = 200", "vocab = 20")).unwrap();
+    let (code, out) = run_quiet(&cfg, &d.path().join("out"), &[], &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(&format!("run.toml:{vocab_line}:"))
+            && out.contains("outside the model's vocabulary of 20 ids")
+            && !out.contains("panicked"),
+        "{out}"
+    );
+    assert!(!d.path().join("out/report.json").exists());
+    std::fs::write(
+        &cfg,
+        text.replace(
+            "type = \"bert\"\nlayers = 1\nhidden = 16\nheads = 2\nffn = 32\nvocab = 200",
+            "type = \"llama\"\nlayers = 1\nhidden = 16\nheads = 2\nkv_heads = 1\nffn = 32\nvocab = 200",
+        ),
+    )
+    .unwrap();
+    let (code, out) = run_quiet(&cfg, &d.path().join("out2"), &[], &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        // One line further: the llama config has kv_heads above vocab.
+        out.contains(&format!("run.toml:{}:", vocab_line + 1))
+            && out.contains("the model gives 200 outputs a sample, the data has 2 classes"),
+        "{out}"
+    );
+}

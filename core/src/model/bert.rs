@@ -198,19 +198,13 @@ impl BertParams {
     /// non-positive `layer_norm_eps`, dropout outside `[0, 1)`, or a `pad_id` outside the
     /// vocabulary.
     pub fn shape(&self, src: &crate::config::ParamSource) -> crate::Result<BertShape> {
-        let base = match self.preset.as_deref() {
-            None => [2, 128, 2, 512],
-            Some(name) => match PRESETS.iter().find(|(n, _)| *n == name) {
-                Some((_, g)) => *g,
-                None => {
-                    return Err(src.key_error(
-                        "preset",
-                        format!("bert: unknown preset `{name}`"),
-                        Some("use \"minilm\", \"base\" or \"large\", or leave it out".into()),
-                    ));
-                }
-            },
-        };
+        let base = super::preset_geometry(
+            src,
+            "bert",
+            &PRESETS,
+            self.preset.as_deref(),
+            [2, 128, 2, 512],
+        )?;
         let shape = BertShape {
             layers: self.layers.unwrap_or(base[0]),
             hidden: self.hidden.unwrap_or(base[1]),

@@ -40,6 +40,14 @@ pub trait Block: Module + 'static {
     fn full_precision(&self) -> Vec<ParamId> {
         norm_params(self)
     }
+
+    /// The number of token ids the block looks up, for a block that embeds token ids (BERT's
+    /// and Llama's embeddings: the rows of the table `[vocab, hidden]`); an id at or above it
+    /// would index past the table. Default `None`: the block takes no token ids. The trainer
+    /// checks a token dataset's ids against the first block's before a run starts.
+    fn token_vocab(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The container types (as Burn's `Module` derive names them to a visitor, `Struct:NAME`)
@@ -95,6 +103,8 @@ pub trait ErasedBlock: Send + Debug {
     fn batch_statistics(&self) -> bool;
     /// See [`Block::full_precision`].
     fn full_precision(&self) -> Vec<ParamId>;
+    /// See [`Block::token_vocab`].
+    fn token_vocab(&self) -> Option<usize>;
     /// Visits the parameters through an object-safe visitor.
     fn visit_dyn(&self, visitor: &mut dyn DynVisitor);
     /// Maps the parameters through an object-safe mapper.
@@ -129,6 +139,9 @@ impl<B: Block> ErasedBlock for B {
     }
     fn full_precision(&self) -> Vec<ParamId> {
         Block::full_precision(self)
+    }
+    fn token_vocab(&self) -> Option<usize> {
+        Block::token_vocab(self)
     }
     fn visit_dyn(&self, visitor: &mut dyn DynVisitor) {
         self.visit(&mut ToDynVisitor { inner: visitor });

@@ -193,19 +193,13 @@ impl LlamaParams {
     /// A positioned [`crate::Error::Config`] for an unknown preset or a geometry
     /// [`check_shape`] refuses.
     pub fn shape(&self, src: &crate::config::ParamSource) -> crate::Result<LlamaShape> {
-        let base = match self.preset.as_deref() {
-            None => DEFAULT_GEOMETRY,
-            Some(name) => match PRESETS.iter().find(|(n, _)| *n == name) {
-                Some((_, g)) => *g,
-                None => {
-                    return Err(src.key_error(
-                        "preset",
-                        format!("llama: unknown preset `{name}`"),
-                        Some("use \"smollm2\", or leave it out".into()),
-                    ));
-                }
-            },
-        };
+        let base = super::preset_geometry(
+            src,
+            "llama",
+            &PRESETS,
+            self.preset.as_deref(),
+            DEFAULT_GEOMETRY,
+        )?;
         let shape = LlamaShape {
             layers: self.layers.unwrap_or(base[0]),
             hidden: self.hidden.unwrap_or(base[1]),

@@ -146,6 +146,12 @@ impl Model {
         self.blocks.len()
     }
 
+    /// How many token ids the model's first block looks up ([`Block::token_vocab`]: BERT's and
+    /// Llama's embeddings), `None` for a model that takes no token ids.
+    pub fn token_vocab(&self) -> Option<usize> {
+        self.blocks.first().and_then(|b| b.inner().token_vocab())
+    }
+
     /// Whether any block normalises with batch statistics ([`Block::batch_statistics`]).
     pub fn uses_batch_statistics(&self) -> bool {
         self.blocks.iter().any(|b| b.inner().batch_statistics())
@@ -491,6 +497,35 @@ impl Module for Model {
             segment_blocks: self.segment_blocks,
         }
         .retie()
+    }
+}
+
+/// The geometry a model type's `preset` key names in its table `presets` (name, sizes), or
+/// `default` when the key is absent: the one lookup of the built-in models with presets
+/// (`bert`: layers, hidden, heads, FFN; `llama`: the same with key/value heads and vocabulary).
+///
+/// # Errors
+/// A positioned [`crate::Error::Config`] at `preset` for a name not in the table, listing them.
+pub fn preset_geometry<const N: usize>(
+    src: &crate::config::ParamSource,
+    model: &str,
+    presets: &[(&str, [usize; N])],
+    name: Option<&str>,
+    default: [usize; N],
+) -> crate::Result<[usize; N]> {
+    let Some(name) = name else {
+        return Ok(default);
+    };
+    match presets.iter().find(|(n, _)| *n == name) {
+        Some((_, g)) => Ok(*g),
+        None => {
+            let names: Vec<String> = presets.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+            Err(src.key_error(
+                "preset",
+                format!("{model}: unknown preset `{name}`"),
+                Some(format!("use {}, or leave it out", names.join(", "))),
+            ))
+        }
     }
 }
 

@@ -66,6 +66,9 @@ impl Block for Embeddings {
         };
         Activation::Tokens { hidden, mask }
     }
+    fn token_vocab(&self) -> Option<usize> {
+        Some(self.word.weight.dims()[0])
+    }
     fn kind(&self) -> &'static str {
         "embeddings"
     }

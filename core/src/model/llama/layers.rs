@@ -101,6 +101,9 @@ impl Block for TokenEmbedding {
         };
         Activation::Seq(self.embed.forward(ids))
     }
+    fn token_vocab(&self) -> Option<usize> {
+        Some(self.embed.weight.dims()[0])
+    }
     fn kind(&self) -> &'static str {
         "embeddings"
     }

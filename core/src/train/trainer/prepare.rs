@@ -76,7 +76,9 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     // The model's factory checks its keys against the data's geometry now, before anything is
     // written (the model itself is built again, on the run's device, by `build_model`).
     let model = registry.build_model(&cfg, &model_context(&cfg, &stream), &device)?;
-    drop(load_init(&cfg, model)?);
+    let (model, _) = load_init(&cfg, model)?;
+    check_model_fits_data(&cfg, &model, &stream)?;
+    drop(model);
     let bcx = BuildContext {
         num_tasks: stream.len(),
         num_classes: stream.num_classes,
@@ -158,6 +160,59 @@ pub fn model_context(cfg: &LoadedConfig, stream: &Stream) -> crate::model::Model
         num_classes: stream.num_classes,
         seed: cfg.config.run.seed,
     }
+}
+
+/// Refuses a model that does not fit the data before anything runs: a head whose outputs are
+/// not the data's classes (a language model's per-token logits over its vocabulary, which a
+/// classification run would score as classes), and token ids the model's embedding cannot look
+/// up (a tokenizer with a larger vocabulary than the model's: the lookup would index past the
+/// table, a panic in the backend).
+///
+/// # Errors
+/// A positioned [`Error::Config`] at `[model]` (`init`, else `vocab`, else `type`) saying which
+/// count disagrees with which.
+pub fn check_model_fits_data(cfg: &LoadedConfig, model: &Model, stream: &Stream) -> Result<()> {
+    let m = &cfg.config.model;
+    let key = if m.init.is_some() {
+        "init"
+    } else if m.params.contains_key("vocab") {
+        "vocab"
+    } else {
+        "type"
+    };
+    if model.num_classes != stream.num_classes {
+        return Err(cfg.error_at(
+            "model",
+            key,
+            format!(
+                "the model gives {} outputs a sample, the data has {} classes: this model's head \
+                 does not classify the data (a decoder language model's outputs are its vocabulary's \
+                 next-token logits, which engram does not train as classes)",
+                model.num_classes, stream.num_classes
+            ),
+            Some("classify text with an encoder (type = \"bert\"), whose head takes the data's classes".into()),
+        ));
+    }
+    let Some(vocab) = model.token_vocab() else {
+        return Ok(());
+    };
+    let d = &stream.dataset;
+    for (part, values) in [("training", &d.train.values), ("test", &d.test.values)] {
+        if let crate::data::dataset::Values::Tokens(ids) = values
+            && let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab)
+        {
+            return Err(cfg.error_at(
+                "model",
+                key,
+                format!(
+                    "the {part} data holds token id {bad}, outside the model's vocabulary of \
+                     {vocab} ids: the data's tokenizer is not the model's"
+                ),
+                Some("tokenize with the model's own tokenizer ([data.options] tokenizer: the checkpoint's tokenizer.json, or the GGUF file itself)".into()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Applies `[model] init` to a freshly built model, when the config has it.
