@@ -358,3 +358,28 @@ fn set_reaches_a_stream_entry_by_index() {
         "{msg}"
     );
 }
+
+/// An entry whose data is missing is said at the entry's own line, with how to get it, and
+/// its hint speaks of the entry's path (not `[data] path`, which the stream does not use).
+#[test]
+fn a_missing_entry_is_said_at_its_line_with_the_fetch_command() {
+    crate::util::require_fmnist!();
+    let d = tempfile::tempdir().unwrap();
+    let empty = d.path().join("no-data");
+    std::fs::create_dir(&empty).unwrap();
+    let cfg = config(d.path(), "dataset = \"bbc-news\"\nformat = \"jsonl\"", "");
+    let (code, msg) = run_quiet(
+        &cfg,
+        &d.path().join("out"),
+        &[],
+        &[("ENGRAM_DATA", empty.to_str().unwrap())],
+    );
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("s.toml:10:")
+            && msg.contains("dataset `bbc-news` not found")
+            && msg.contains("engram data fetch bbc-news")
+            && !msg.contains("[data] path"),
+        "{msg}"
+    );
+}

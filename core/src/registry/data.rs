@@ -136,7 +136,8 @@ impl Registry {
     /// `$ENGRAM_DATA/<dataset>`), then its `shape`, `mean` and `std`.
     ///
     /// # Errors
-    /// As [`Registry::load_dataset`], positioned at the entry's keys.
+    /// As [`Registry::load_dataset`], positioned at the entry's keys (missing data at its
+    /// `path`, else its `dataset`, with the hint of how to get it).
     pub fn load_stream_entry(
         &self,
         cfg: &LoadedConfig,
@@ -161,7 +162,22 @@ impl Registry {
                 path.as_deref(),
                 &cfg.params("data.stream", index).nested("options"),
                 &cfg.base_dir,
-            )?,
+            )
+            .map_err(|err| match err {
+                // Missing data is this entry's: said at its `path` (or `dataset`) line, and its
+                // hint speaks of the entry's path, not of `[data] path`.
+                Error::DatasetMissing {
+                    name,
+                    searched,
+                    hint,
+                } => cfg.stream_error(
+                    index,
+                    if e.path.is_some() { "path" } else { "dataset" },
+                    format!("dataset `{name}` not found (looked in: {searched})"),
+                    Some(hint.replace("`[data] path`", "the entry's data path")),
+                ),
+                other => other,
+            })?,
         };
         crate::data::transform::apply(
             &mut ds,
