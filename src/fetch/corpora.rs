@@ -308,6 +308,7 @@ fn write_model(
     source: Source,
     files: Vec<(String, Vec<u8>)>,
 ) -> Result<Vec<PathBuf>> {
+    super::textset::refuse_another(dir, name)?;
     let mut written = Vec::new();
     let mut digests = BTreeMap::new();
     for (rel, bytes) in files {

@@ -85,6 +85,27 @@ fn per_class(docs: &[Doc], classes: &[String]) -> BTreeMap<String, usize> {
     counts
 }
 
+/// Refuses to write dataset or model `name` into `dir` when `dir/manifest.json` names another
+/// one (a fetch into the directory of a corpus fetched before would overwrite its files). A
+/// manifest that cannot be read as JSON with a `name` is left to be replaced.
+///
+/// # Errors
+/// [`Error::Usage`] (exit code 2) naming the directory and both names.
+pub fn refuse_another(dir: &Path, name: &str) -> Result<()> {
+    let held = std::fs::read(dir.join("manifest.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["name"].as_str().map(str::to_string));
+    match held {
+        Some(other) if other != name => Err(Error::Usage(format!(
+            "{}: holds `{other}` (its manifest.json); fetching `{name}` there would overwrite it: \
+             give another --dir, or remove that directory first",
+            dir.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Splits `rows` (`(text, label, source)`) and writes them into `dir` (created with its
 /// parents) as `train.jsonl`, `test.jsonl` and `manifest.json` (module docs). Documents of
 /// white space only are dropped and counted in the notes (`empty documents dropped`), with
@@ -92,7 +113,8 @@ fn per_class(docs: &[Doc], classes: &[String]) -> BTreeMap<String, usize> {
 ///
 /// # Errors
 /// [`Error::Data`] when no document is left or a class has fewer than two distinct texts (it
-/// could not be on both sides); [`Error::Io`] when `dir` cannot be written.
+/// could not be on both sides); [`Error::Io`] when `dir` cannot be written; [`refuse_another`]'s
+/// when `dir` holds another dataset.
 pub fn write(
     dir: &Path,
     name: &str,
@@ -134,6 +156,7 @@ pub fn write(
             d.source
         )));
     }
+    refuse_another(dir, name)?;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let mut files = BTreeMap::new();
     let mut written = Vec::new();

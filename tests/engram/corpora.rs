@@ -238,8 +238,29 @@ fn the_split_and_manifest_writer_keeps_duplicates_on_one_side() {
         BTreeMap::new(),
     )
     .unwrap();
-    let (m2, _) = textset::write(again.path(), "tiny", "", rows2, vec![], BTreeMap::new()).unwrap();
+    let (m2, _) = textset::write(
+        again.path(),
+        "tiny",
+        "",
+        rows2.clone(),
+        vec![],
+        BTreeMap::new(),
+    )
+    .unwrap();
     assert_eq!(m1.files, m2.files);
+    // Another dataset into the same directory: refused (exit 2), the first one left as it was.
+    let e = textset::write(again.path(), "other", "", rows2, vec![], BTreeMap::new()).unwrap_err();
+    assert!(
+        matches!(e, engram::core::Error::Usage(_))
+            && e.to_string().contains("holds `tiny`")
+            && e.to_string()
+                .contains("fetching `other` there would overwrite it"),
+        "{e}"
+    );
+    let kept: Manifest =
+        serde_json::from_slice(&std::fs::read(again.path().join("manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!((kept.name.as_str(), &kept.files), ("tiny", &m1.files));
     // A class with one text cannot be on both sides.
     let one = vec![
         ("x".to_string(), "a".to_string(), String::new()),
