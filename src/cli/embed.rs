@@ -106,6 +106,19 @@ pub fn embed(cli: &Cli, _registry: &Registry, args: &EmbedArgs) -> Result<()> {
     engram::outpath::check_file(&args.out, "--out", existing)?;
     let config = check_dir(&args.dir)?;
     let texts = read_texts(&args.text)?;
+    let blank: Vec<usize> = (0..texts.len())
+        .filter(|&i| texts[i].trim().is_empty())
+        .collect();
+    if let Some(first) = blank.first() {
+        // An empty text is a text (transformers embeds `""` as [CLS] [SEP]), but a stray blank
+        // line shifts every later text's row: said, so that it is not a surprise.
+        eprintln!(
+            "warning: {}: {} blank line(s), the first line {}, embedded as empty texts (one row each)",
+            args.text.display(),
+            blank.len(),
+            first + 1
+        );
+    }
     let pooling = match args.pooling {
         Some(p) => p.into(),
         None => dir_pooling(&args.dir)?,
@@ -159,9 +172,10 @@ pub fn embed(cli: &Cli, _registry: &Registry, args: &EmbedArgs) -> Result<()> {
     engram::outpath::write_file(&args.out, "--out", existing, &bytes)?;
     if !cli.quiet {
         println!(
-            "{}: {} embeddings of {dim} ({} pooling{}, max_len {max_len})",
+            "{}: {} embedding{} of {dim} ({} pooling{}, max_len {max_len})",
             args.out.display(),
             embeddings.len(),
+            if embeddings.len() == 1 { "" } else { "s" },
             pooling_name(pooling),
             if args.normalize {
                 ", L2-normalised"
@@ -304,7 +318,8 @@ fn max_len(given: Option<usize>, tokenizer: &Path, max_position: usize) -> Resul
 ///
 /// # Errors
 /// [`Error::DataFile`] naming the file when it cannot be read (missing, a directory, over
-/// 64 MiB) or is empty, and with the line and column for a line that is not UTF-8.
+/// 64 MiB) or is empty, and with the line and column for a line that is not UTF-8. A blank
+/// line is a text (an empty one, as `transformers` embeds `""`).
 pub fn read_texts(path: &Path) -> Result<Vec<String>> {
     let bad = |reason: String| engram::core::data::format::bad(path, TEXTS, reason);
     let bytes = engram::core::fsutil::read_bounded(path, engram::core::fsutil::MAX_TEXT_BYTES)

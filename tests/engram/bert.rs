@@ -454,6 +454,12 @@ fn embed(dir: &std::path::Path, texts: &[&str], extra: &[&str]) -> serde_json::V
     args.extend(extra);
     let (code, log) = crate::util::run(&args);
     assert_eq!(code, 0, "{log}");
+    let blank = texts.iter().filter(|t| t.trim().is_empty()).count();
+    assert_eq!(
+        log.contains(&format!("{blank} blank line(s)")),
+        blank > 0,
+        "an empty text is embedded, with a warning: {log}"
+    );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(v["texts"].as_u64(), Some(texts.len() as u64));
