@@ -212,3 +212,56 @@ fn bad_input_exits_2_with_a_reason() {
         assert!(!log.contains("panicked"), "{args:?}: {log}");
     }
 }
+
+/// With `ENGRAM_SMOLLM2=FILE` (SmolLM2-135M-Instruct.Q4_1.gguf, `engram data fetch smollm2`):
+/// its perplexity on two Austen sentences (windows of 32) and its greedy continuation of
+/// "The capital of France is" equal transformers' (tests/data/gguf/smollm2-lm.json, from
+/// `bench/reference/llama_lm.py --smollm2 FILE`), and both are printed.
+#[test]
+fn smollm2_perplexity_and_greedy_text_equal_transformers() {
+    let Some(file) = std::env::var_os("ENGRAM_SMOLLM2") else {
+        eprintln!("ENGRAM_SMOLLM2 unset: SmolLM2 not checked");
+        return;
+    };
+    let file = file.to_str().unwrap().to_string();
+    let text = std::fs::read_to_string(gguf_dir().join("smollm2-lm.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ppl.json");
+    let text = gguf_dir().join("smollm2-lm-text.txt");
+    let (code, log) = run(&[
+        "perplexity",
+        &file,
+        "--text",
+        text.to_str().unwrap(),
+        "--window",
+        "32",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{log}");
+    eprintln!("SmolLM2: {log}");
+    let got = read_json(&out);
+    assert_eq!(got["tokens"], r["tokens"]);
+    let (a, b) = (
+        got["perplexity"].as_f64().unwrap(),
+        r["perplexity"].as_f64().unwrap(),
+    );
+    assert!((a - b).abs() <= 1e-4 * b, "engram {a}, transformers {b}");
+    let out = dir.path().join("gen.json");
+    let (code, log) = run(&[
+        "generate",
+        &file,
+        "--prompt",
+        r["prompt"].as_str().unwrap(),
+        "--tokens",
+        "12",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{log}");
+    eprintln!("SmolLM2: {log}");
+    let got = read_json(&out);
+    assert_eq!(got["prompt_ids"], r["prompt_ids"]);
+    assert_eq!(got["generated_ids"], r["generated_ids"]);
+}
