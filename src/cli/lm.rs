@@ -98,7 +98,16 @@ struct Loaded {
 
 /// Reads `path` (a GGUF file or a Hugging Face directory) onto `device`.
 fn load(path: &Path, device: &engram::core::burn::tensor::Device) -> Result<Loaded> {
-    let at = |e: Error| Error::Usage(format!("{}: {e}", path.display()));
+    // A usage error (exit 2) naming `path` once.
+    let at = |e: Error| {
+        let m = e.to_string();
+        let shown = path.display().to_string();
+        Error::Usage(if m.contains(&shown) {
+            m
+        } else {
+            format!("{shown}: {m}")
+        })
+    };
     if path.is_dir() {
         if path.join("checkpoints").is_dir() || path.join("report.json").is_file() {
             return Err(Error::Usage(format!(
@@ -220,7 +229,7 @@ pub fn perplexity(cli: &Cli, _registry: &Registry, args: &PerplexityArgs) -> Res
     }
     let bytes =
         engram::core::fsutil::read_bounded(&args.text, engram::core::fsutil::MAX_TEXT_BYTES)
-            .map_err(|e| Error::io(&args.text, e))?;
+            .map_err(|e| engram::core::data::format::bad(&args.text, "text", e.to_string()))?;
     let text = String::from_utf8(bytes).map_err(|e| {
         engram::core::data::format::bad(&args.text, "text", format!("not UTF-8: {e}"))
     })?;

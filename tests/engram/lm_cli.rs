@@ -173,6 +173,7 @@ fn bad_input_exits_2_with_a_reason() {
     let t = tiny();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["perplexity", &missing, "--text", text], "no such file"),
+        (vec!["perplexity", &t, "--text", &missing], "none.gguf"),
         (vec!["perplexity", &mamba, "--text", text], "\"mamba\""),
         (
             vec!["perplexity", &rundir, "--text", text],
