@@ -160,16 +160,8 @@ fn load(path: &Path, device: &engram::core::burn::tensor::Device) -> Result<Load
         )));
     }
     let file = engram::core::gguf::GgufFile::open(path).map_err(at)?;
-    let arch = file
-        .metadata("general.architecture")
-        .and_then(|v| v.as_str())
-        .unwrap_or("");
-    if arch != "llama" {
-        return Err(Error::Usage(format!(
-            "{}: general.architecture is {arch:?}; only llama GGUF files are read",
-            path.display()
-        )));
-    }
+    // Another architecture is refused by the model's own reader (llama::gguf::shape_of).
+    llama::gguf::shape_of(&file).map_err(at)?;
     let context = file
         .metadata("llama.context_length")
         .and_then(|v| v.as_u64())

@@ -174,7 +174,10 @@ fn bad_input_exits_2_with_a_reason() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["perplexity", &missing, "--text", text], "no such file"),
         (vec!["perplexity", &t, "--text", &missing], "none.gguf"),
-        (vec!["perplexity", &mamba, "--text", text], "\"mamba\""),
+        (
+            vec!["perplexity", &mamba, "--text", text],
+            "general.architecture is `mamba`",
+        ),
         (
             vec!["perplexity", &rundir, "--text", text],
             "not read by this command yet",

@@ -200,7 +200,7 @@ impl BertParams {
     pub fn shape(&self, src: &crate::config::ParamSource) -> crate::Result<BertShape> {
         let base = super::preset_geometry(
             src,
-            "bert",
+            <BertParams as crate::component::Component>::NAME,
             &PRESETS,
             self.preset.as_deref(),
             [2, 128, 2, 512],

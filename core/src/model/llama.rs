@@ -195,7 +195,7 @@ impl LlamaParams {
     pub fn shape(&self, src: &crate::config::ParamSource) -> crate::Result<LlamaShape> {
         let base = super::preset_geometry(
             src,
-            "llama",
+            <LlamaParams as crate::component::Component>::NAME,
             &PRESETS,
             self.preset.as_deref(),
             DEFAULT_GEOMETRY,
