@@ -166,7 +166,12 @@ fn load(path: &Path, device: &engram::core::burn::tensor::Device) -> Result<Load
         .metadata("llama.context_length")
         .and_then(|v| v.as_u64())
         .map(|v| v as usize);
-    let eos = file.tokenizer().map_err(at)?.eos_id;
+    // The tokenizer is built once, by TextTokenizer::load (which also checks that this id is
+    // one of its tokens); the eos id is read from the metadata, not from a second build.
+    let eos = file
+        .metadata("tokenizer.ggml.eos_token_id")
+        .and_then(|v| v.as_u64())
+        .map(|v| v as u32);
     let (model, _) = llama::gguf::from_file(path, device).map_err(at)?;
     let tokenizer = TextTokenizer::load(path, NO_TRUNCATION).map_err(at)?;
     Ok(Loaded {
