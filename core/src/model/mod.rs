@@ -436,6 +436,23 @@ impl Model {
     pub fn numel(&self) -> usize {
         self.params().iter().map(ParamInfo::numel).sum()
     }
+
+    /// Number of scalar parameters that require gradients, the ones an optimiser updates (on an
+    /// autodiff device): all of them unless a strategy froze some (`lora` freezes the base). A
+    /// parameter held by several blocks (tied weights) counts once.
+    pub fn trainable_numel(&self) -> usize {
+        struct Count(std::collections::HashSet<ParamId>, usize);
+        impl ModuleVisitor for Count {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                if param.is_require_grad() && self.0.insert(param.id) {
+                    self.1 += param.lazy_shape().num_elements();
+                }
+            }
+        }
+        let mut c = Count(Default::default(), 0);
+        self.visit(&mut c);
+        c.1
+    }
 }
 
 impl Module for Model {

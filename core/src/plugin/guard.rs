@@ -167,6 +167,16 @@ impl<T: MemoryStrategy + ?Sized> MemoryStrategy for Guarded<T> {
     fn step(&mut self, req: StepRequest<'_>, next: Next<'_>) -> crate::Result<StepOutcome> {
         guard(&self.lib, &self.name, "step", || self.inner.step(req, next))?
     }
+    fn adapt_model(&self, model: Model) -> crate::Result<Model> {
+        guard(&self.lib, &self.name, "adapt_model", || {
+            self.inner.adapt_model(model)
+        })?
+    }
+    fn task_end_model(&mut self, model: Model, task: &TaskInfo) -> crate::Result<Model> {
+        guard(&self.lib, &self.name, "task_end_model", || {
+            self.inner.task_end_model(model, task)
+        })?
+    }
     fn before_task(&mut self, task: &TaskInfo) {
         guard_or_fault(&self.lib, &self.name, "before_task", || {
             self.inner.before_task(task)

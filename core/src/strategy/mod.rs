@@ -360,16 +360,20 @@ impl StoredSamples {
 }
 
 /// Where a memory strategy sits in the chain around one training step. The chain runs in this
-/// order, outermost first: accumulation splits the batch, precision casts and scales the loss,
-/// execution runs forward and backward.
+/// order, outermost first: parameters decide what trains (adapters over a frozen base),
+/// accumulation splits the batch, precision casts and scales the loss, execution runs forward
+/// and backward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum MemoryLayer {
-    /// Gradient accumulation (outermost).
-    Accumulation = 0,
+    /// What trains (outermost): `lora` attaches low-rank adapters and freezes the base when the
+    /// model is built ([`MemoryStrategy::adapt_model`]); its step passes the request on.
+    Parameters = 0,
+    /// Gradient accumulation.
+    Accumulation = 1,
     /// Mixed precision and loss scaling.
-    Precision = 1,
+    Precision = 2,
     /// Runs forward and backward (innermost): `standard`, `checkpoint`.
-    Execution = 2,
+    Execution = 3,
 }
 
 /// The loss of a step: task loss plus every forgetting strategy's penalty.
@@ -455,6 +459,32 @@ pub trait MemoryStrategy: Send {
     fn layer(&self) -> MemoryLayer;
     /// Runs one step, calling `next` zero or more times (an execution strategy never does).
     fn step(&mut self, req: StepRequest<'_>, next: Next<'_>) -> Result<StepOutcome>;
+
+    /// Changes the model a run trains once it is built (with its `[model] init` loaded) and
+    /// before a checkpoint's weights are loaded into it: parameter-efficient fine-tuning
+    /// (`lora`) attaches its adapters and freezes the base here, so that the frozen base holds
+    /// no gradient and no optimiser state. Called for a fresh run, a resume, a rollback, `eval`
+    /// and `export` alike, so that a checkpoint's weights find their parameters. Default: the
+    /// model as it is.
+    ///
+    /// # Errors
+    /// A model this strategy cannot adapt (a target that names no parameter), as
+    /// [`crate::Error::Strategy`]; the trainer reports it before anything is written.
+    fn adapt_model(&self, model: Model) -> Result<Model> {
+        Ok(model)
+    }
+
+    /// The model task `task` ends with, after the forgetting strategies'
+    /// [`ForgettingStrategy::task_end_weights`] and before their `after_task` hooks: `lora`
+    /// with `merge = "task"` merges its adapters into the base here and attaches fresh ones.
+    /// The model returned must have the parameters [`MemoryStrategy::adapt_model`] gives, so
+    /// that a checkpoint taken after it loads into a rebuilt model. Default: the model.
+    ///
+    /// # Errors
+    /// The strategy's own failure, as [`crate::Error::Strategy`].
+    fn task_end_model(&mut self, model: Model, _task: &TaskInfo) -> Result<Model> {
+        Ok(model)
+    }
 
     /// Called before the first step of each task (not again when a run resumes inside it):
     /// the step may change there (a new head's classes, replay's first rows, a forgetting

@@ -103,6 +103,17 @@ pub struct MemoryReport {
     /// Grows during a run for strategies that add parameters (mixture of experts).
     #[serde(default)]
     pub parameters: u64,
+    /// Parameters (count) of the final model that train, the ones the optimiser updates: all
+    /// of them in full fine-tuning; with `lora`, the adapters and what it keeps trainable (the
+    /// head), the frozen base excluded. 0 in reports of older versions (and left out while 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub trainable_parameters: u64,
+    /// Bytes of the optimiser's state at the end of the run, as its record serialises it
+    /// (burnpack: SGD's momentum, Adam's two moments per trainable parameter, plus a few bytes
+    /// of keys): it grows with the trainable parameters only. 0 in reports of older versions
+    /// and for a run that failed before its end (and left out while 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub optimizer_state_bytes: u64,
     /// What each memory strategy reports ([`crate::strategy::MemoryStrategy::report`]), by name.
     #[serde(default)]
     pub strategies: std::collections::BTreeMap<String, serde_json::Value>,

@@ -5,7 +5,9 @@ use super::*;
 pub use crate::config::InitLayout as ExportLayout;
 
 /// Writes `model`'s parameters to a safetensors file (burn-store), atomically: tensors are
-/// named by their dotted paths (`blocks.0.linear.weight`).
+/// named by their dotted paths (`blocks.0.linear.weight`). A model with adapters (a `lora`
+/// run's) is merged first (Burn's `materialize`: `W₀ + (α/r)·A·B` in each adapted weight), so
+/// the file has the model's own names and shapes and `[model] init` reads it back.
 ///
 /// `layout` is the tensors' layout, the one `[model] init_layout` reads back:
 /// - [`ExportLayout::Burn`]: as Burn holds them, a `Linear` weight `[d_in, d_out]`;
@@ -32,6 +34,8 @@ pub fn export_safetensors(model: &Model, path: &Path, layout: ExportLayout) -> R
         store = store.with_to_adapter(BurnToPyTorchAdapter);
     }
     model
+        .clone()
+        .materialize()
         .save_into(&mut store)
         .map_err(|e| Error::Other(format!("safetensors export: {e}")))?;
     #[cfg(unix)]

@@ -164,7 +164,7 @@ fn run_inner(
         Some((path, ck)) => p.restore(ck, &ad, &path)?,
         None => fresh_start(p, &ad)?,
     };
-    let parameters = model.numel() as u64;
+    let size = record::ModelSize::of(&model, None);
     // Plugin faults are turned into errors here already, so that they are recorded too.
     let result = crate::plugin::catch_faults(|| {
         state::RunState::new(p, opts, &mut pr, (model, optim), &ad, t0).run()
@@ -174,7 +174,7 @@ fn run_inner(
     {
         // A failed or diverged run keeps its record: the steps so far, where it stopped and
         // why, and the matrix so far. Best effort: the run's own error is what is returned.
-        let _ = record::write_failure(p, opts, &mut pr, e, parameters, t0, &inner);
+        let _ = record::write_failure(p, opts, &mut pr, e, size, t0, &inner);
     }
     result
 }
@@ -182,9 +182,8 @@ fn run_inner(
 /// The model, optimiser and progress a new run starts with: the configured model on `ad`
 /// (`[model] init` loaded into it when set), a fresh optimiser, and the data's fingerprint.
 fn fresh_start(p: &Prepared, ad: &Device) -> Result<(Model, ModuleOptimizer, Progress)> {
-    let model = p.build_model(ad)?;
+    let (model, init) = p.build_initial_model(ad)?;
     let optim = build_optimizer(&p.cfg);
-    let (model, init) = load_init(&p.cfg, model)?;
     let pr = Progress {
         origin: checkpoint::Origin {
             init,

@@ -75,10 +75,6 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     }
     // The model's factory checks its keys against the data's geometry now, before anything is
     // written (the model itself is built again, on the run's device, by `build_model`).
-    let model = registry.build_model(&cfg, &model_context(&cfg, &stream), &device)?;
-    let (model, _) = load_init(&cfg, model)?;
-    check_model_fits_data(&cfg, &model, &stream)?;
-    drop(model);
     let bcx = BuildContext {
         num_tasks: stream.len(),
         num_classes: stream.num_classes,
@@ -88,6 +84,11 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     let forgetting = registry.build_forgetting(&cfg, &bcx)?;
     let memory = registry.build_memory(&cfg, &bcx)?;
     let schedulers = registry.build_schedulers(&cfg, &bcx)?;
+    let model = registry.build_model(&cfg, &model_context(&cfg, &stream), &device)?;
+    let (model, _) = load_init(&cfg, model)?;
+    check_model_fits_data(&cfg, &model, &stream)?;
+    // A memory strategy's adaptation (`lora`'s targets) is checked on the real model too.
+    adapt(&memory, model)?;
     Ok(Prepared {
         data_sha256: stream.dataset.fingerprint(),
         plugins: registry.plugins().to_vec(),
@@ -355,16 +356,58 @@ fn load_hf_dir(
     .map_err(|e| cfg.error_at("model", e.key, e.error.to_string(), None))
 }
 
+/// `model` through every memory strategy's [`MemoryStrategy::adapt_model`], in chain order
+/// (`lora` attaches its adapters and freezes the base).
+///
+/// # Errors
+/// A strategy's error, named by the strategy.
+fn adapt(memory: &[Box<dyn MemoryStrategy>], model: Model) -> Result<Model> {
+    memory.iter().try_fold(model, |m, s| {
+        s.adapt_model(m).map_err(|e| match e {
+            e @ (Error::Strategy { .. } | Error::Config { .. }) => e,
+            other => Error::Strategy {
+                strategy: s.name().to_string(),
+                message: other.to_string(),
+            },
+        })
+    })
+}
+
 impl Prepared {
     /// Builds the configured model on `device`, initialised from the run seed (the same
-    /// weights every time).
+    /// weights every time) and adapted by the memory strategies
+    /// ([`MemoryStrategy::adapt_model`]): the model a checkpoint's weights load into. Without
+    /// `[model] init`; a fresh run's model is [`Prepared::build_initial_model`].
     ///
     /// # Errors
     /// The model factory's errors (checked once by [`prepare`], so a second call fails only
-    /// if a plugin's factory does).
+    /// if a plugin's factory does), and a memory strategy's.
     pub fn build_model(&self, device: &Device) -> Result<Model> {
-        self.registry
-            .build_model(&self.cfg, &model_context(&self.cfg, &self.stream), device)
+        let model = self.registry.build_model(
+            &self.cfg,
+            &model_context(&self.cfg, &self.stream),
+            device,
+        )?;
+        adapt(&self.memory, model)
+    }
+
+    /// The model a fresh run starts from: the configured model on `device` with its
+    /// `[model] init` loaded (with what [`load_init`] reports of it), then adapted
+    /// by the memory strategies (adapters attach to the pretrained weights).
+    ///
+    /// # Errors
+    /// As [`Prepared::build_model`], and [`load_init`]'s.
+    pub fn build_initial_model(
+        &self,
+        device: &Device,
+    ) -> Result<(Model, Option<crate::model::init::InitReport>)> {
+        let model = self.registry.build_model(
+            &self.cfg,
+            &model_context(&self.cfg, &self.stream),
+            device,
+        )?;
+        let (model, init) = load_init(&self.cfg, model)?;
+        Ok((adapt(&self.memory, model)?, init))
     }
 }
 

@@ -3,6 +3,30 @@
 
 use super::*;
 
+/// The model's size figures for the report's memory section.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ModelSize {
+    /// Every parameter (count).
+    pub parameters: u64,
+    /// The parameters that train ([`Model::trainable_numel`]).
+    pub trainable: u64,
+    /// The optimiser's serialised state (bytes); 0 when not known.
+    pub optimizer_state_bytes: u64,
+}
+
+impl ModelSize {
+    /// The sizes of `model`, with `optim`'s state when given.
+    pub(super) fn of(model: &Model, optim: Option<&ModuleOptimizer>) -> Self {
+        Self {
+            parameters: model.numel() as u64,
+            trainable: model.trainable_numel() as u64,
+            optimizer_state_bytes: optim
+                .and_then(|o| o.into_bytes().ok())
+                .map_or(0, |b| b.len() as u64),
+        }
+    }
+}
+
 /// Writes the record of a run that stopped with `e`: `steps.csv` (the logged steps and the
 /// steps since the last log row) and a `report.json` with `status = "failed"`, the error and
 /// position, the accuracy matrix so far and no metrics.
@@ -11,7 +35,7 @@ pub(super) fn write_failure(
     opts: &RunOptions,
     pr: &mut Progress,
     e: &Error,
-    parameters: u64,
+    size: ModelSize,
     t0: Instant,
     inner: &Device,
 ) -> Result<()> {
@@ -25,7 +49,7 @@ pub(super) fn write_failure(
         p,
         pr,
         inner,
-        parameters,
+        size,
         earlier_s + t0.elapsed().as_secs_f64() + p.setup_s,
     );
     report.metrics = metrics::Metrics::default();
@@ -71,12 +95,12 @@ fn retention_note(pr: &Progress, retention: Option<f64>) -> Option<String> {
 }
 
 /// The report of a run at `pr`: the matrix and metrics so far, the memory and time figures
-/// (`total_s` seconds of wall time over every process of the run), `parameters` of the model.
+/// (`total_s` seconds of wall time over every process of the run), the model's `size`.
 pub(super) fn build_report(
     p: &Prepared,
     pr: &Progress,
     inner: &Device,
-    parameters: u64,
+    size: ModelSize,
     total_s: f64,
 ) -> Report {
     let c = &p.cfg.config;
@@ -90,7 +114,9 @@ pub(super) fn build_report(
         .max(mem.eval.peak_bytes)
         .max(mem.after_task.peak_bytes);
     mem.end_bytes = memory::device_bytes(inner).unwrap_or(0);
-    mem.parameters = parameters;
+    mem.parameters = size.parameters;
+    mem.trainable_parameters = size.trainable;
+    mem.optimizer_state_bytes = size.optimizer_state_bytes;
     mem.strategies = p
         .memory
         .iter()

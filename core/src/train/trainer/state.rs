@@ -197,7 +197,7 @@ impl<'a> RunState<'a> {
             self.p,
             self.pr,
             &self.inner,
-            self.model.numel() as u64,
+            record::ModelSize::of(&self.model, Some(&self.optim)),
             self.earlier_s + self.t0.elapsed().as_secs_f64() + self.p.setup_s,
         );
         report.write(out)?;

@@ -179,6 +179,9 @@ impl RunState<'_> {
         let p = &mut *self.p;
         let mut model =
             each_forgetting(&mut p.forgetting, model, |f, m| f.task_end_weights(m, info))?;
+        for s in p.memory.iter_mut() {
+            model = s.task_end_model(model, info)?;
+        }
         let mut tcx = TaskContext {
             model: &mut model,
             device: &self.ad,
