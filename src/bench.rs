@@ -12,7 +12,7 @@ pub mod memory;
 pub mod model;
 pub mod torch;
 
-pub use memory::{MemoryOptions, MemoryReport, MemoryRow, STEP_ROWS, memory};
+pub use memory::{LORA_ROWS, MemoryOptions, MemoryReport, MemoryRow, STEP_ROWS, memory};
 pub use model::{BenchModel, Inputs, bert_preset};
 
 use engram_core::burn::optim::AdamWConfig;

@@ -24,6 +24,15 @@ pub struct MemoryRow {
     pub peak_ratio: f64,
     /// `step_seconds` relative to `standard` (to `forward_tracked` for the forward rows).
     pub time_ratio: f64,
+    /// Parameters (count) of the row's model that train (all but a `lora` row's frozen base).
+    pub trainable_params: usize,
+    /// Bytes of the optimiser's state after the row's steps, as its record serialises it
+    /// (AdamW: two moments per trainable parameter); 0 without `--optimizer`.
+    pub optimizer_state_bytes: u64,
+    /// The training step's whole footprint (bytes): the model's parameters in `f32` (the frozen
+    /// base and adapters included), the optimiser's state and the step's own peak
+    /// (`peak_bytes`: activations, gradients, the update's temporaries).
+    pub training_peak_bytes: u64,
 }
 
 /// The training-step rows `--rows` can name, in the order they run: the real chains as a run
@@ -36,6 +45,12 @@ pub const STEP_ROWS: [&str; 6] = [
     "op-level",
     "checkpoint+op-level",
 ];
+
+/// The LoRA rows (rank `MemoryOptions::lora_rank` on the model's query and value projections,
+/// Hu et al. 2021's setting), alone and with segment checkpointing and AMP: the adapters'
+/// memory against full fine-tuning's (`standard`). They need a model with `query` and `value`
+/// layers (`--model bert`).
+pub const LORA_ROWS: [&str; 3] = ["lora", "lora+checkpoint", "lora+checkpoint+amp"];
 
 /// The pseudo-row that stands for the two forward-pass rows (`forward_tracked`,
 /// `eval_no_graph`).
@@ -55,6 +70,10 @@ pub struct MemoryOptions {
     pub steps: usize,
     /// Unmeasured steps before them.
     pub warmup: usize,
+    /// The optimiser each measured step also updates with (`None`: forward and backward only).
+    pub optimizer: Option<super::BenchOptimizer>,
+    /// The LoRA rows' rank.
+    pub lora_rank: usize,
 }
 
 /// What `engram bench memory` found.
@@ -114,6 +133,9 @@ fn measure(
         step_seconds: secs / steps.max(1) as f64,
         peak_ratio: 1.0,
         time_ratio: 1.0,
+        trainable_params: 0,
+        optimizer_state_bytes: 0,
+        training_peak_bytes: 0,
     })
 }
 
@@ -141,6 +163,7 @@ fn chain(
     interval: usize,
 ) -> Vec<Box<dyn engram_core::strategy::MemoryStrategy>> {
     use engram_strategies::amp::{Amp, AmpParams};
+    let name = name.trim_start_matches("lora").trim_start_matches('+');
     let mut chain: Vec<Box<dyn engram_core::strategy::MemoryStrategy>> = Vec::new();
     if name.ends_with("amp") {
         chain.push(Box::new(Amp::new(AmpParams {
@@ -176,7 +199,6 @@ pub fn memory(
     batch: usize,
     opt: &MemoryOptions,
 ) -> Result<MemoryReport> {
-    use engram_core::strategy::Next;
     let ad = device.clone().autodiff();
     let mut r = rng::stream(0, "bench-memory", 0, 0);
     ad.seed(1);
@@ -198,24 +220,36 @@ pub fn memory(
         None
     };
     let mut rows = Vec::new();
-    for name in STEP_ROWS.into_iter().filter(|n| wanted(n)) {
-        let (m, dev) = match (&op_net, name.ends_with("op-level")) {
-            (Some(op), true) => (op, &bal),
+    let lora = |net: &Model| {
+        use engram_strategies::lora::{Lora, LoraParams};
+        Lora::new(LoraParams {
+            rank: opt.lora_rank,
+            alpha: 2.0 * opt.lora_rank as f64,
+            ..LoraParams::default()
+        })
+        .adapt(net.clone())
+    };
+    let lora_net = if LORA_ROWS.iter().any(|n| wanted(n)) {
+        Some(lora(&net)?)
+    } else {
+        None
+    };
+    for name in STEP_ROWS.into_iter().chain(LORA_ROWS).filter(|n| wanted(n)) {
+        let (m, dev) = match (&op_net, &lora_net) {
+            (Some(op), _) if name.ends_with("op-level") => (op, &bal),
+            (_, Some(l)) if name.starts_with("lora") => (l, &ad),
             _ => (&net, &ad),
         };
-        let mut chain = chain(name, opt.amp, every);
-        rows.push(measure(device, name, opt.warmup, opt.steps, |s| {
-            let out = Next::new(&mut chain).run(StepRequest {
-                model: m,
-                batch: inputs.batch(dev, 0, batch),
-                loss: &BenchLoss,
-                loss_scale: 1.0,
-                compute_dtype: None,
-                rng_seed: s as u64,
-            })?;
-            drop(out);
-            Ok(())
-        })?);
+        let lr = opt.optimizer.map_or(0.0, |o| o.lr(model));
+        rows.push(step_row(
+            device,
+            dev,
+            name,
+            m,
+            &inputs,
+            (batch, every, lr),
+            opt,
+        )?);
     }
     drop(op_net);
     let steps = rows.len();
@@ -230,6 +264,51 @@ pub fn memory(
         blocks,
         params: net.numel(),
     })
+}
+
+/// The row `name`: `opt.warmup + opt.steps` steps of `model` through the row's memory chain
+/// (and `opt.optimizer`'s update at rate `lr` when set, on a copy of `model` that the row
+/// keeps), batches of `batch` rows, checkpoint segments of `every` blocks; measured by
+/// `measure`, with the row's trainable parameters, optimiser state and training peak.
+fn step_row(
+    device: &Device,
+    dev: &Device,
+    name: &str,
+    model: &Model,
+    inputs: &Inputs,
+    (batch, every, lr): (usize, usize, f64),
+    opt: &MemoryOptions,
+) -> Result<MemoryRow> {
+    use engram_core::strategy::Next;
+    let mut chain = chain(name, opt.amp, every);
+    let mut optim = opt.optimizer.map(|o| o.build());
+    let mut m = Some(model.clone());
+    let mut row = measure(device, name, opt.warmup, opt.steps, |s| {
+        let current = m.take().unwrap_or_else(|| model.clone());
+        let out = Next::new(&mut chain).run(StepRequest {
+            model: &current,
+            batch: inputs.batch(dev, 0, batch),
+            loss: &BenchLoss,
+            loss_scale: 1.0,
+            compute_dtype: None,
+            rng_seed: s as u64,
+        })?;
+        m = Some(match optim.as_mut() {
+            Some(o) if !out.skipped => o.step(lr, current, out.grads),
+            _ => {
+                drop(out);
+                current
+            }
+        });
+        Ok(())
+    })?;
+    row.trainable_params = model.trainable_numel();
+    row.optimizer_state_bytes = optim
+        .as_ref()
+        .and_then(|o| o.into_bytes().ok())
+        .map_or(0, |b| b.len() as u64);
+    row.training_peak_bytes = model.numel() as u64 * 4 + row.optimizer_state_bytes + row.peak_bytes;
+    Ok(row)
 }
 
 /// Evaluation's rows: a forward pass of `inputs` on the inference copy of `net` (no autodiff

@@ -22,9 +22,11 @@ pub mod ema;
 pub mod er_ace;
 pub mod ewc;
 pub mod gdumb;
+pub mod lora;
 pub mod lwf;
 pub mod naive;
 pub mod ncm;
+pub mod olora;
 pub mod replay;
 pub mod reservoir;
 pub mod schedules;
@@ -42,12 +44,14 @@ pub const BUILTINS: &[Registration] = &[
     derpp::REGISTRATION,
     agem::REGISTRATION,
     lwf::REGISTRATION,
+    olora::REGISTRATION,
     gdumb::REGISTRATION,
     ema::REGISTRATION,
     checkpoint::REGISTRATION,
     accumulate::REGISTRATION,
     amp::REGISTRATION,
     budget::REGISTRATION,
+    lora::REGISTRATION,
     constant::REGISTRATION,
     schedules::lr::REGISTRATION,
     schedules::reg_warmup::REGISTRATION,

@@ -448,6 +448,16 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
         ("reg_warmup", "epochs", "no hold at full strength"),
         ("replay_ratio", "end", "no replay on the last task"),
         ("replay_ratio", "start", "no replay on the second task"),
+        (
+            "o-lora",
+            "lambda_l2",
+            "no L2 term (the paper's released setting)",
+        ),
+        (
+            "o-lora",
+            "lambda_orth",
+            "no orthogonality loss: one merged LoRA adapter a task",
+        ),
         ("mlp", "dropout", "no dropout"),
         ("vit", "dropout", "no dropout"),
         (

@@ -20,6 +20,7 @@ mod fuzz;
 mod llama;
 mod lm;
 mod lm_cli;
+mod lora;
 mod memory;
 mod new_plugin;
 mod newcomer;

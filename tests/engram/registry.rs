@@ -72,6 +72,11 @@ const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
         "a row label of `engram bench memory`",
     ),
     (
+        "lora",
+        "src/bench/memory.rs",
+        "a row label of `engram bench memory`",
+    ),
+    (
         "amp",
         "src/bench/memory.rs",
         "a row label of `engram bench memory`",

@@ -11,7 +11,7 @@ fn tokenizer() -> std::path::PathBuf {
 
 /// A corpus of 2 classes × 6 documents under `dir/corpus`, the tokenizer beside the config
 /// (named relatively, as a user would), and the config; returns the config's path.
-fn setup(dir: &Path) -> std::path::PathBuf {
+pub(crate) fn setup(dir: &Path) -> std::path::PathBuf {
     for (class, words) in [
         ("business", "shares fell as the bank reported profits"),
         ("sport", "the striker scored and the team won"),

@@ -3,7 +3,7 @@
 use super::vocab::{Bench, ModelArgs};
 use crate::cli::device_help;
 use clap::Args;
-use engram::bench::memory::{FORWARD_ROWS, STEP_ROWS, claim};
+use engram::bench::memory::{FORWARD_ROWS, LORA_ROWS, STEP_ROWS, claim};
 use engram::bench::{BenchModel, MemoryOptions};
 use engram::core::{Error, Result};
 use engram::strategies::amp::Precision;
@@ -16,11 +16,15 @@ pub struct MemoryArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// The rows, comma-separated: `standard`, `checkpoint`, `amp`, `both` (= `checkpoint+amp`),
-    /// `op-level`, `checkpoint+op-level`, `forward` (a forward pass with and without its graph).
-    /// `standard` is always measured (every ratio's reference) [default: all; bert: standard,
-    /// checkpoint, amp, both].
+    /// `op-level`, `checkpoint+op-level`, `forward` (a forward pass with and without its graph),
+    /// and LoRA's `lora`, `lora+checkpoint`, `lora+checkpoint+amp` (adapters on the query and
+    /// value projections: `--model bert`). `standard` is always measured (every ratio's
+    /// reference) [default: all but LoRA's; bert: standard, checkpoint, amp, both].
     #[arg(long)]
     pub rows: Option<String>,
+    /// The LoRA rows' rank `r` (α = 2r).
+    #[arg(long, default_value_t = 8)]
+    pub lora_rank: usize,
     /// Blocks per checkpoint segment (the checkpoint strategy's `interval`) [default: about
     /// √blocks].
     #[arg(long, visible_alias = "interval")]
@@ -57,9 +61,11 @@ fn rows(spec: Option<&str>, model: &BenchModel) -> Result<Vec<String>> {
     spec.split(',')
         .map(|r| match r.trim() {
             "both" => Ok("checkpoint+amp".to_string()),
-            r if STEP_ROWS.contains(&r) || r == FORWARD_ROWS => Ok(r.to_string()),
+            r if STEP_ROWS.contains(&r) || LORA_ROWS.contains(&r) || r == FORWARD_ROWS => {
+                Ok(r.to_string())
+            }
             other => Err(Error::Usage(format!(
-                "bench memory: unknown row `{other}` in --rows (available: standard, checkpoint, amp, both, op-level, checkpoint+op-level, forward)"
+                "bench memory: unknown row `{other}` in --rows (available: standard, checkpoint, amp, both, op-level, checkpoint+op-level, forward, lora, lora+checkpoint, lora+checkpoint+amp)"
             ))),
         })
         .collect()
@@ -71,7 +77,11 @@ pub fn memory(a: &MemoryArgs) -> Result<()> {
     let r = a.model.resolve(Bench::Memory)?;
     let bert = matches!(r.model, BenchModel::Bert { .. });
     let steps = a.steps.unwrap_or(if bert { 2 } else { 5 });
-    for (flag, v) in [("--steps", Some(steps)), ("--every", a.every)] {
+    for (flag, v) in [
+        ("--steps", Some(steps)),
+        ("--every", a.every),
+        ("--lora-rank", Some(a.lora_rank)),
+    ] {
         if v == Some(0) {
             return Err(Error::Usage(format!(
                 "bench memory: {flag} must be at least 1"
@@ -93,6 +103,8 @@ pub fn memory(a: &MemoryArgs) -> Result<()> {
         amp,
         steps,
         warmup: a.warmup.unwrap_or(if bert { 1 } else { 2 }),
+        optimizer: r.optimizer_given.then_some(r.optimizer),
+        lora_rank: a.lora_rank,
     };
     let device = engram::core::device::select(&a.device)?;
     let report = engram::bench::memory(&device, &r.model, r.batch, &opt)?;
@@ -120,22 +132,64 @@ pub fn memory(a: &MemoryArgs) -> Result<()> {
         opt.steps,
         opt.warmup
     );
+    let with_optim = opt.optimizer.is_some();
+    if let Some(o) = opt.optimizer {
+        println!(
+            "each step includes {}'s update; training peak = parameters in f32 (frozen base included) + optimiser state + the step's peak",
+            o.name()
+        );
+    }
     println!(
-        "{:<20} {:>12} {:>10} {:>8} {:>8}   write-up (BERT-large, GPU)",
-        "training step", "peak MiB", "step ms", "peak ×", "time ×"
+        "{:<20} {:>12} {:>10} {:>8} {:>8}{}   write-up (BERT-large, GPU)",
+        "training step",
+        "peak MiB",
+        "step ms",
+        "peak ×",
+        "time ×",
+        if with_optim {
+            format!(
+                " {:>12} {:>11} {:>13} {:>8}",
+                "trainable", "optim MiB", "training MiB", "train ×"
+            )
+        } else {
+            String::new()
+        }
     );
+    let full = report
+        .rows
+        .first()
+        .map_or(1.0, |r| r.training_peak_bytes.max(1) as f64);
     for row in &report.rows {
         if row.name == "forward_tracked" {
             println!("forward pass (ratios to forward_tracked):");
         }
+        let extra = if with_optim && row.name != "forward_tracked" && row.name != "eval_no_graph" {
+            format!(
+                " {:>12} {:>11.1} {:>13.1} {:>8.2}",
+                row.trainable_params,
+                row.optimizer_state_bytes as f64 / 1048576.0,
+                row.training_peak_bytes as f64 / 1048576.0,
+                row.training_peak_bytes as f64 / full
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{:<20} {:>12.1} {:>10.1} {:>8.2} {:>8.2}   {}",
+            "{:<20} {:>12.1} {:>10.1} {:>8.2} {:>8.2}{extra}   {}",
             row.name,
             row.peak_bytes as f64 / 1048576.0,
             row.step_seconds * 1e3,
             row.peak_ratio,
             row.time_ratio,
             claim(&row.name).unwrap_or_default()
+        );
+    }
+    // The write-up's headline on the whole training footprint: LoRA + checkpointing against
+    // full fine-tuning (`standard`), with the optimiser's state.
+    if with_optim && let Some(l) = report.rows.iter().find(|r| r.name == "lora+checkpoint") {
+        println!(
+            "lora+checkpoint: training peak {:.2}× full fine-tuning's (write-up: memory to 1/3)",
+            l.training_peak_bytes as f64 / full
         );
     }
     if let Some(path) = &a.json {
@@ -146,6 +200,8 @@ pub fn memory(a: &MemoryArgs) -> Result<()> {
             "dtype": a.dtype,
             "steps": opt.steps,
             "warmup": opt.warmup,
+            "optimizer": opt.optimizer.map(|o| o.name()),
+            "lora_rank": a.lora_rank,
             "every": report.every,
             "blocks": report.blocks,
             "params": report.params,

@@ -42,7 +42,9 @@ pub struct ModelArgs {
     /// 256, vit 128; bench throughput: mlp 400, vit 128; cnn 16].
     #[arg(long)]
     pub width: Option<usize>,
-    /// The optimiser of bench throughput: `sgd` (momentum 0.9; the default) or `adamw`.
+    /// The optimiser: `sgd` (momentum 0.9; bench throughput's default) or `adamw`. On bench
+    /// memory it adds the optimiser's update to each measured step and the columns trainable
+    /// parameters, optimiser state and training peak (without it: forward and backward only).
     #[arg(long)]
     pub optimizer: Option<String>,
 }
@@ -75,8 +77,12 @@ pub struct Resolved {
     pub model: BenchModel,
     /// Batch size.
     pub batch: usize,
-    /// The optimiser (bench throughput; SGD for bench memory, which steps none).
+    /// The optimiser (SGD unless `--optimizer` names another).
     pub optimizer: BenchOptimizer,
+    /// Whether `--optimizer` was given: bench memory then includes the optimiser's update in
+    /// each measured step (and its state in the training peak); without it, a step is the
+    /// forward and backward only.
+    pub optimizer_given: bool,
 }
 
 impl ModelArgs {
@@ -86,8 +92,8 @@ impl ModelArgs {
     /// [`Error::Usage`] (exit code 2): an unknown model or preset, `llama` (not yet), a zero
     /// size, BERT's flags (`--preset`, `--init`, `--seq-len`) on another model or the image
     /// models' (`--depth`, `--width`) on BERT, a CNN of more than 2 blocks, `--init` that is not
-    /// a Hugging Face BERT directory, a sequence longer than the model's positions, and
-    /// `--optimizer` on bench memory or an unknown optimiser.
+    /// a Hugging Face BERT directory, a sequence longer than the model's positions, and an
+    /// unknown optimiser.
     pub fn resolve(&self, bench: Bench) -> Result<Resolved> {
         let cmd = bench.name();
         let usage = |m: String| Err(Error::Usage(format!("{cmd}: {m}")));
@@ -114,14 +120,9 @@ impl ModelArgs {
                 return usage(format!("{flag} must be at least 1"));
             }
         }
-        let optimizer = match (&self.optimizer, bench) {
-            (None, _) => BenchOptimizer::Sgd,
-            (Some(_), Bench::Memory) => {
-                return usage(
-                    "--optimizer is bench throughput's: bench memory measures a step's forward and backward (its gradients), not an optimiser's update".into(),
-                );
-            }
-            (Some(o), Bench::Throughput) => BenchOptimizer::parse(o)?,
+        let optimizer = match &self.optimizer {
+            None => BenchOptimizer::Sgd,
+            Some(o) => BenchOptimizer::parse(o)?,
         };
         let model = if name == "bert" {
             self.bert(bench)?
@@ -139,6 +140,7 @@ impl ModelArgs {
             model,
             batch,
             optimizer,
+            optimizer_given: self.optimizer.is_some(),
         })
     }
 
@@ -320,7 +322,6 @@ mod tests {
             ),
             (&long, Bench::Throughput, "--seq-len 513 must be in 1..=512"),
             (&smollm, Bench::Memory, "smollm2 is a llama preset"),
-            (&opt, Bench::Memory, "--optimizer is bench throughput's"),
             (
                 &args("llama"),
                 Bench::Memory,
@@ -334,9 +335,12 @@ mod tests {
                 other => panic!("{a:?}: want a usage error, got {other:?}"),
             }
         }
-        assert_eq!(
-            opt.resolve(Bench::Throughput).unwrap().optimizer,
-            BenchOptimizer::Adamw
-        );
+        for bench in [Bench::Throughput, Bench::Memory] {
+            let r = opt.resolve(bench).unwrap();
+            assert_eq!(
+                (r.optimizer, r.optimizer_given),
+                (BenchOptimizer::Adamw, true)
+            );
+        }
     }
 }

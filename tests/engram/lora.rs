@@ -1,0 +1,193 @@
+//! `[[memory]] type = "lora"` through the real binary (issue #30): a small BERT on a two-task
+//! text stream trains only its adapters and head, the report counts them, a killed run with
+//! `merge = "task"` resumes to the uninterrupted run's report, and `engram export` writes the
+//! merged weights under the model's own names.
+
+use crate::resume::stable;
+use crate::util::{run, run_quiet};
+use serde_json::Value;
+use std::path::Path;
+
+/// The text test's corpus with 14 more documents a class, as two tasks of one class each,
+/// trained with AdamW and checkpointed every 2 steps; `memory` is appended.
+fn config(dir: &Path, memory: &str) -> std::path::PathBuf {
+    let cfg = crate::text::setup(dir);
+    for (class, words) in [("business", "profits rose"), ("sport", "the match ended")] {
+        for i in 6..20 {
+            std::fs::write(
+                dir.join("corpus").join(class).join(format!("{i}.txt")),
+                format!("{words} {i}"),
+            )
+            .unwrap();
+        }
+    }
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace(
+            "tasks = 1\nclasses_per_task = 2",
+            "tasks = 2\nclasses_per_task = 1",
+        )
+        .replace("type = \"sgd\"\nlr = 0.1", "type = \"adamw\"\nlr = 0.01")
+        .replace("batch_size = 4\n", "batch_size = 4\ncheckpoint_every = 2\n");
+    let named = dir.join(format!("{}.toml", memory.len()));
+    std::fs::write(&named, format!("{text}{memory}")).unwrap();
+    named
+}
+
+fn report(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn lora_trains_the_adapters_only_resumes_and_exports_merged_weights() {
+    let d = tempfile::tempdir().unwrap();
+    let full_cfg = config(d.path(), "");
+    let lora_cfg = config(
+        d.path(),
+        "[[memory]]\ntype = \"lora\"\nrank = 2\nalpha = 4.0\nmerge = \"task\"\n",
+    );
+    let (code, out) = run_quiet(&full_cfg, &d.path().join("full"), &[], &[]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = run_quiet(&lora_cfg, &d.path().join("lora"), &[], &[]);
+    assert_eq!(code, 0, "{out}");
+    let (f, l) = (
+        report(&d.path().join("full")),
+        report(&d.path().join("lora")),
+    );
+    let (fm, lm) = (&f["memory"], &l["memory"]);
+    // Full fine-tuning trains everything; LoRA the adapters (one layer's query and value,
+    // 16 × 16 each: (16 + 16) · 2 apiece) and the head.
+    assert_eq!(fm["trainable_parameters"], fm["parameters"]);
+    let s = &lm["strategies"]["lora"];
+    assert_eq!(s["adapter_parameters"], 128);
+    assert_eq!(
+        s["adapted"],
+        serde_json::json!([
+            "blocks.1.attention.query.weight",
+            "blocks.1.attention.value.weight"
+        ])
+    );
+    assert_eq!(s["merges"], 2, "merged at the end of both tasks");
+    let (lp, lt) = (
+        lm["parameters"].as_u64().unwrap(),
+        lm["trainable_parameters"].as_u64().unwrap(),
+    );
+    assert_eq!(lt, s["trainable_parameters"].as_u64().unwrap());
+    assert_eq!(lp - lt, s["frozen_parameters"].as_u64().unwrap());
+    assert_eq!(lp, fm["parameters"].as_u64().unwrap() + 128);
+    // AdamW keeps two moments per trainable parameter: LoRA's state is the smaller by about
+    // the ratio of trainable parameters.
+    let (fs, ls) = (
+        fm["optimizer_state_bytes"].as_u64().unwrap(),
+        lm["optimizer_state_bytes"].as_u64().unwrap(),
+    );
+    assert!(fs >= 8 * fm["parameters"].as_u64().unwrap(), "{fs}");
+    assert!(ls >= 8 * lt && ls < fs / 4, "{ls} vs {fs}");
+
+    // Killed in task 1 (after task 0's merge), resumed: the same report.
+    let cut = d.path().join("cut");
+    let (code, _) = run_quiet(&lora_cfg, &cut, &[], &[("ENGRAM_FAILPOINT", "step-5")]);
+    assert_ne!(code, 0);
+    let (code, out) = run(&["resume", cut.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(stable(&cut), stable(&d.path().join("lora")));
+
+    // The export is merged: the model's own names, no adapter factors.
+    let st = d.path().join("m.safetensors");
+    let (code, out) = run(&[
+        "export",
+        d.path().join("lora").to_str().unwrap(),
+        "--safetensors",
+        st.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let bytes = std::fs::read(&st).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    let keys: Vec<&String> = header.as_object().unwrap().keys().collect();
+    assert!(
+        keys.iter().any(|k| k.contains("attention.query")),
+        "{keys:?}"
+    );
+    assert!(!keys.iter().any(|k| k.contains("lora")), "{keys:?}");
+}
+
+/// A target that names no layer of the model is refused before anything is written (exit 2).
+#[test]
+fn lora_targets_that_name_no_layer_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(
+        d.path(),
+        "[[memory]]\ntype = \"lora\"\ntargets = [\"q_proj\"]\n",
+    );
+    let out = d.path().join("out");
+    let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(
+        msg.contains("q_proj") && msg.contains("query") && msg.contains(".toml:"),
+        "{msg}"
+    );
+    assert!(!out.join("report.json").exists());
+}
+
+/// The forgetting strategies keep working when only adapters train: EWC (its Fisher over the
+/// parameters with gradients, the adapters and the head), replay, DER++, ER-ACE and LwF each
+/// finish a LoRA run, and EWC anchors only trainable parameters (its penalty moves nothing
+/// frozen: the report's trainable count is LoRA's).
+#[test]
+fn forgetting_strategies_run_on_adapters() {
+    let d = tempfile::tempdir().unwrap();
+    for (i, forgetting) in [
+        "[[forgetting]]\ntype = \"ewc\"\nlambda = 100.0\n",
+        "[[forgetting]]\ntype = \"replay\"\ncapacity = 20\n",
+        "[[forgetting]]\ntype = \"derpp\"\ncapacity = 20\n",
+        "[[forgetting]]\ntype = \"er-ace\"\ncapacity = 20\n",
+        "[[forgetting]]\ntype = \"lwf\"\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dir = d.path().join(i.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = config(
+            &dir,
+            &format!("[[memory]]\ntype = \"lora\"\nrank = 2\n{forgetting}"),
+        );
+        let (code, out) = run_quiet(&cfg, &dir.join("out"), &[], &[]);
+        assert_eq!(code, 0, "{forgetting}: {out}");
+        let r = report(&dir.join("out"));
+        let m = &r["memory"];
+        assert_eq!(
+            m["trainable_parameters"], m["strategies"]["lora"]["trainable_parameters"],
+            "{forgetting}"
+        );
+        assert!(r["metrics"]["acc"].as_f64().is_some(), "{forgetting}: {r}");
+    }
+}
+
+/// `o-lora` runs on `lora` with `merge = "task"` (one orthogonalised adapter a task), and
+/// without the merge it stops before the second task with an error that says what to set.
+#[test]
+fn o_lora_runs_with_merged_adapters_and_refuses_without() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(
+        d.path(),
+        "[[memory]]\ntype = \"lora\"\nrank = 2\nmerge = \"task\"\n[[forgetting]]\ntype = \"o-lora\"\n",
+    );
+    let (code, out) = run_quiet(&cfg, &d.path().join("ok"), &[], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        report(&d.path().join("ok"))["memory"]["strategies"]["lora"]["merges"],
+        2
+    );
+    let cfg = config(
+        d.path(),
+        "[[memory]]\ntype = \"lora\"\nrank = 2\n[[forgetting]]\ntype = \"o-lora\"\n",
+    );
+    let (code, out) = run_quiet(&cfg, &d.path().join("no-merge"), &[], &[]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("merge = \\\"task\\\"") || out.contains("merge = \"task\""),
+        "{out}"
+    );
+}
