@@ -17,6 +17,73 @@ fn signed(v: Option<f64>) -> String {
 /// `initial` row: each task's accuracy before any training (`initial_accuracy`, the FWT
 /// baseline), with where that start came from (the `[model] init` file or a random start).
 pub fn run_table(r: &Report) -> String {
+    let mut s = match &r.language_model {
+        Some(lm) => perplexity_table(r, lm),
+        None => accuracy_table(r),
+    };
+    let _ = writeln!(
+        s,
+        "time {:.1} s (train {:.1} s, eval {:.1} s)  throughput {:.0} samples/s  peak memory {:.1} MiB ({})",
+        r.timings.total_s,
+        r.timings.train_s,
+        r.timings.eval_s,
+        r.throughput.train_samples_per_s,
+        r.memory.peak_bytes as f64 / (1024.0 * 1024.0),
+        r.memory.source,
+    );
+    s.push_str(&step_memory_line(&r.memory));
+    s.push_str(&stored_line(&r.memory));
+    s
+}
+
+/// A language-model run's perplexity matrix (lower is better), its `initial` row (before any
+/// training) and its metrics on log-perplexity (report.json's `language_model`).
+fn perplexity_table(r: &Report, lm: &engram_core::train::trainer::LmReport) -> String {
+    let mut s = String::new();
+    let n = lm.perplexity_matrix.first().map_or(0, Vec::len);
+    let cell = |v: Option<f64>| v.map_or_else(|| "       –".into(), |v| format!("{v:8.2}"));
+    let _ = writeln!(
+        s,
+        "perplexity matrix (held-out windows of {} tokens; lower is better; row = after training task, column = task)",
+        lm.window
+    );
+    let _ = write!(s, "{:>10}", "");
+    for j in 0..n {
+        let _ = write!(s, " {:>8}", format!("T{j}"));
+    }
+    s.push('\n');
+    if !lm.initial_perplexity.is_empty() {
+        let _ = write!(s, "{:>10}", "initial");
+        for v in &lm.initial_perplexity {
+            let _ = write!(s, " {}", cell(*v));
+        }
+        s.push('\n');
+    }
+    for (i, row) in lm.perplexity_matrix.iter().enumerate() {
+        let label = if r.joint {
+            "joint".to_string()
+        } else {
+            format!("after T{i}")
+        };
+        let _ = write!(s, "{label:>10}");
+        for c in row {
+            let _ = write!(s, " {}", cell(*c));
+        }
+        s.push('\n');
+    }
+    let m = &lm.metrics;
+    let _ = writeln!(
+        s,
+        "mean perplexity {}  BWT {} and forgetting {} nats/token on log-perplexity (positive = forgetting); no accuracies: a window has no class",
+        m.mean_ppl.map_or("–".into(), |v| format!("{v:.2}")),
+        signed(m.bwt_log_ppl),
+        signed(m.forgetting_log_ppl),
+    );
+    s
+}
+
+/// The accuracy matrix and metrics of a classification run (see [`run_table`]).
+fn accuracy_table(r: &Report) -> String {
     let mut s = String::new();
     let n = r.accuracy_matrix.first().map_or(0, Vec::len);
     let _ = writeln!(
@@ -86,18 +153,6 @@ pub fn run_table(r: &Report) -> String {
             diagonal.join(" "),
         );
     }
-    let _ = writeln!(
-        s,
-        "time {:.1} s (train {:.1} s, eval {:.1} s)  throughput {:.0} samples/s  peak memory {:.1} MiB ({})",
-        r.timings.total_s,
-        r.timings.train_s,
-        r.timings.eval_s,
-        r.throughput.train_samples_per_s,
-        r.memory.peak_bytes as f64 / (1024.0 * 1024.0),
-        r.memory.source,
-    );
-    s.push_str(&step_memory_line(&r.memory));
-    s.push_str(&stored_line(&r.memory));
     s
 }
 

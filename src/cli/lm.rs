@@ -4,8 +4,10 @@
 //!
 //! `MODEL` is a GGUF file (`general.architecture = llama`: [`llama::gguf::from_file`], its
 //! tokenizer from the same file's metadata) or a Hugging Face Llama directory (`config.json`,
-//! `model.safetensors`, `tokenizer.json`: [`llama::hf::from_dir`]). An engram run directory or
-//! checkpoint is not read yet, and is refused with that said.
+//! `model.safetensors`, `tokenizer.json`: [`llama::hf::from_dir`]), or the directory or a
+//! checkpoint of an engram language-model run (`[train] objective = "lm"`: the checkpoint's
+//! model with the tokenizer its data was read with, so that a text's perplexity is the run's
+//! own figure for the same windows).
 //!
 //! **Tokens.** Each text is encoded by the model's own tokenizer with its default special
 //! tokens, as `transformers`' `tokenizer(text)` does: for a GGUF, `bos` before each text only
@@ -41,8 +43,8 @@ const NO_TRUNCATION: usize = 1 << 24;
 /// `engram perplexity`'s arguments.
 #[derive(Args)]
 pub struct PerplexityArgs {
-    /// A Llama GGUF file, or a Hugging Face Llama directory (config.json, model.safetensors,
-    /// tokenizer.json).
+    /// A Llama GGUF file, a Hugging Face Llama directory (config.json, model.safetensors,
+    /// tokenizer.json), or a language-model run's directory or checkpoint.
     model: PathBuf,
     /// The text, UTF-8; each non-empty line is a document, followed by the model's eos.
     #[arg(long, value_name = "FILE")]
@@ -67,8 +69,8 @@ pub struct PerplexityArgs {
 /// `engram generate`'s arguments.
 #[derive(Args)]
 pub struct GenerateArgs {
-    /// A Llama GGUF file, or a Hugging Face Llama directory (config.json, model.safetensors,
-    /// tokenizer.json).
+    /// A Llama GGUF file, a Hugging Face Llama directory (config.json, model.safetensors,
+    /// tokenizer.json), or a language-model run's directory or checkpoint.
     model: PathBuf,
     /// The text to continue (at least one token once encoded).
     #[arg(long, value_name = "TEXT")]
@@ -96,8 +98,14 @@ struct Loaded {
     context: Option<usize>,
 }
 
-/// Reads `path` (a GGUF file or a Hugging Face directory) onto `device`.
-fn load(path: &Path, device: &engram::core::burn::tensor::Device) -> Result<Loaded> {
+/// Reads `path` (a GGUF file, a Hugging Face directory, or an engram run directory or
+/// checkpoint: [`load_run`]) onto `device` (`device_name` as `--device` gave it).
+fn load(
+    path: &Path,
+    device: &engram::core::burn::tensor::Device,
+    registry: &Registry,
+    device_name: Option<&str>,
+) -> Result<Loaded> {
     // A usage error (exit 2) naming `path` once.
     let at = |e: Error| {
         let m = e.to_string();
@@ -109,12 +117,11 @@ fn load(path: &Path, device: &engram::core::burn::tensor::Device) -> Result<Load
         })
     };
     if path.is_dir() {
-        if path.join("checkpoints").is_dir() || path.join("report.json").is_file() {
-            return Err(Error::Usage(format!(
-                "{}: an engram run directory is not read by this command yet; give a GGUF file \
-                 or a Hugging Face Llama directory",
-                path.display()
-            )));
+        if path.join("checkpoints").is_dir()
+            || path.join("report.json").is_file()
+            || path.join("manifest.json").is_file()
+        {
+            return load_run(path, registry, device_name);
         }
         let config = path.join("config.json");
         let tok = path.join("tokenizer.json");
@@ -182,6 +189,63 @@ fn load(path: &Path, device: &engram::core::burn::tensor::Device) -> Result<Load
     })
 }
 
+/// An engram run directory (its newest checkpoint) or one checkpoint of a language-model run
+/// (`[train] objective = "lm"`): the checkpoint's model, and the tokenizer its data was read
+/// with (the first `[[data.stream]]` entry's `tokenizer`, every entry's being the same, read
+/// as the run read it: [`TextTokenizer::load_decoder`], its eos id included), so that a text
+/// scores as the run's own evaluation scores that text's windows.
+///
+/// # Errors
+/// [`trainer::load_checkpoint_model`]'s; [`Error::Usage`] for a run that is not a
+/// language-model run or names no tokenizer.
+fn load_run(path: &Path, registry: &Registry, device_name: Option<&str>) -> Result<Loaded> {
+    use engram::core::train::trainer;
+    let (p, model, _) = trainer::load_checkpoint_model(path, registry, device_name)?;
+    let cfg = &p.cfg;
+    let not_lm = || {
+        Error::Usage(format!(
+            "{}: a run of `[train] objective = \"{}\"`; perplexity reads a language-model run's checkpoint (objective = \"lm\")",
+            path.display(),
+            serde_json::to_value(cfg.config.train.objective)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        ))
+    };
+    cfg.config.train.lm_window().ok_or_else(not_lm)?;
+    let tok = cfg
+        .config
+        .data
+        .stream
+        .first()
+        .and_then(|e| {
+            e.options
+                .as_ref()?
+                .get("tokenizer")?
+                .as_str()
+                .map(PathBuf::from)
+        })
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: the run's [[data.stream]] names no tokenizer",
+                path.display()
+            ))
+        })?;
+    let tok = engram::core::fsutil::relative_to(&cfg.base_dir, &tok);
+    let tokenizer = TextTokenizer::load_decoder(&tok, NO_TRUNCATION)?;
+    let context = engram::core::gguf::is_gguf(&tok)
+        .then(|| engram::core::gguf::GgufFile::open(&tok).ok())
+        .flatten()
+        .and_then(|f| f.metadata("llama.context_length").and_then(|v| v.as_u64()))
+        .map(|v| v as usize);
+    Ok(Loaded {
+        model,
+        eos: tokenizer.eos_id(),
+        tokenizer,
+        context,
+    })
+}
+
 /// The JSON `engram perplexity --json` writes.
 #[derive(serde::Serialize)]
 struct PerplexityJson {
@@ -208,7 +272,7 @@ struct PerplexityJson {
 /// non-Llama model, a run directory, an empty or non-UTF-8 text, a text too short for one
 /// window, `--window` below 2 or over the context length, `--batch 0`, or a `--json` that cannot
 /// be written.
-pub fn perplexity(cli: &Cli, _registry: &Registry, args: &PerplexityArgs) -> Result<()> {
+pub fn perplexity(cli: &Cli, registry: &Registry, args: &PerplexityArgs) -> Result<()> {
     if args.batch == 0 {
         return Err(Error::Usage(
             "--batch 0: at least one window per pass".into(),
@@ -239,7 +303,7 @@ pub fn perplexity(cli: &Cli, _registry: &Registry, args: &PerplexityArgs) -> Res
         ));
     }
     let device = engram::core::device::select(args.device.as_deref().unwrap_or("cpu"))?;
-    let m = load(&args.model, &device)?;
+    let m = load(&args.model, &device, registry, args.device.as_deref())?;
     if let Some(c) = m.context.filter(|&c| args.window > c) {
         return Err(Error::Usage(format!(
             "--window {}: over the model's context length {c}",
@@ -356,13 +420,13 @@ fn greedy(
 /// # Errors
 /// Exit code 2 for a missing or non-Llama model, a run directory, a prompt of no token or one
 /// outside the vocabulary, or a `--json` that cannot be written.
-pub fn generate(cli: &Cli, _registry: &Registry, args: &GenerateArgs) -> Result<()> {
+pub fn generate(cli: &Cli, registry: &Registry, args: &GenerateArgs) -> Result<()> {
     let existing = Existing::Overwrite(args.overwrite);
     if let Some(out) = &args.json {
         engram::outpath::check_file(out, "--json", existing)?;
     }
     let device = engram::core::device::select(args.device.as_deref().unwrap_or("cpu"))?;
-    let m = load(&args.model, &device)?;
+    let m = load(&args.model, &device, registry, args.device.as_deref())?;
     let prompt = m.tokenizer.encode_ids(&args.prompt)?;
     if prompt.is_empty() {
         return Err(Error::Usage(

@@ -341,6 +341,7 @@ mod tests {
         let loss = TrainLoss {
             forgetting: &strategies,
             cx: &cx,
+            objective: Default::default(),
         };
         let got = f64::from(loss.loss(&model, logits, &b).0.into_scalar::<f32>());
         assert!((got - want).abs() < 1e-5, "{got} vs {want}");

@@ -286,6 +286,7 @@ mod tests {
         let loss = TrainLoss {
             forgetting: &strategies,
             cx: &cx,
+            objective: Default::default(),
         };
         let model = crate::test_util::toy_model(&device);
         let got = f64::from(loss.loss(&model, logits, &b).0.into_scalar::<f32>());

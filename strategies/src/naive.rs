@@ -21,6 +21,10 @@ impl ForgettingStrategy for Naive {
     fn name(&self) -> &str {
         NaiveParams::NAME
     }
+    /// Nothing to refuse: plain fine-tuning trains any objective.
+    fn lm_refusal(&self) -> Option<engram_core::strategy::LmRefusal> {
+        None
+    }
 }
 
 fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStrategy>> {

@@ -276,6 +276,49 @@ impl ForgettingStrategy for Replay {
         NAME
     }
 
+    /// Replay of windows trains a language model; the keys that read class logits, labels or
+    /// features do not (stored logits would be `[window · vocab]` a window, too).
+    fn lm_refusal(&self) -> Option<engram_core::strategy::LmRefusal> {
+        let p = &self.p;
+        let (key, why) = if p.distill > 0.0 {
+            (
+                "distill",
+                "logit replay stores each sample's class logits; set `distill = 0`",
+            )
+        } else if p.classifier == Classifier::Ncm {
+            (
+                "classifier",
+                "a nearest-class-mean head classifies; a language model predicts tokens",
+            )
+        } else if p.selection == Selection::Herding {
+            (
+                "selection",
+                "herding selects per class by pooled features; use `reservoir`",
+            )
+        } else if p.selection == Selection::Stratified && p.stratify_by == Score::Entropy {
+            (
+                "stratify_by",
+                "the predictive entropy is over classes; use `loss`",
+            )
+        } else if p.allocation == Allocation::Entropy {
+            (
+                "allocation",
+                "the predictive entropy is over classes; use `equal`",
+            )
+        } else if p.align_head {
+            (
+                "align_head",
+                "weight aligning rescales a classification head",
+            )
+        } else {
+            return None;
+        };
+        Some(engram_core::strategy::LmRefusal {
+            key,
+            reason: why.into(),
+        })
+    }
+
     fn stored_samples(
         &self,
         stream: &engram_core::data::stream::Stream,

@@ -122,6 +122,7 @@ fn cifar100_takes_the_fine_or_the_coarse_label() {
             path: Some(d.path()),
             options: &src,
             base_dir: Path::new(""),
+            lm_window: None,
         })
     };
     let fine = read("").unwrap();

@@ -180,7 +180,7 @@ fn bad_input_exits_2_with_a_reason() {
         ),
         (
             vec!["perplexity", &rundir, "--text", text],
-            "not read by this command yet",
+            "no checkpoint here",
         ),
         (
             vec!["perplexity", &t, "--text", &empty],

@@ -20,6 +20,7 @@ mod fuzz;
 mod llama;
 mod lm;
 mod lm_cli;
+mod lm_run;
 mod lora;
 mod memory;
 mod new_plugin;

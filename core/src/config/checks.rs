@@ -8,6 +8,10 @@ use super::*;
 /// the weights, EWC a Fisher and an anchor), so hundreds of them were gigabytes, then an abort.
 pub const MAX_LIST_ENTRIES: usize = 16;
 
+/// The longest `[train] window`, in tokens: far above a small model's context (SmolLM2's is
+/// 8,192), low enough that a window's logits `[window, vocab]` stay a bounded allocation.
+pub const MAX_WINDOW: usize = 1 << 16;
+
 impl LoadedConfig {
     /// Refuses a strategy list longer than [`MAX_LIST_ENTRIES`], at its entry past the limit.
     fn check_list_lengths(&self) -> Result<()> {
@@ -31,6 +35,41 @@ impl LoadedConfig {
                     )),
                 });
             }
+        }
+        Ok(())
+    }
+
+    /// `[train] objective` and `window`: a window only for a language-model run, of 2 to
+    /// [`MAX_WINDOW`] tokens, and a language-model run's tasks from `[[data.stream]]` (one text
+    /// dataset a task: a `[data]` dataset is dealt into tasks by its classes, which windows of
+    /// text do not have).
+    fn check_objective(&self) -> Result<()> {
+        let t = &self.config.train;
+        if let Some(w) = t.window {
+            if t.objective != Objective::Lm {
+                return Err(self.error_at(
+                    "train",
+                    "window",
+                    "`window` (tokens per language-model window) needs `objective = \"lm\"`".into(),
+                    Some("add `objective = \"lm\"` to [train], or remove `window`".into()),
+                ));
+            }
+            if !(2..=MAX_WINDOW).contains(&w) {
+                return Err(self.error_at(
+                    "train",
+                    "window",
+                    format!("window {w}: a window holds 2 to {MAX_WINDOW} tokens (one next-token prediction needs 2)"),
+                    Some(format!("the default is {DEFAULT_WINDOW}; at most the model's context length")),
+                ));
+            }
+        }
+        if t.objective == Objective::Lm && self.config.data.stream.is_empty() {
+            return Err(self.error_at(
+                "train",
+                "objective",
+                "objective = \"lm\" trains on a stream of text datasets, one a task, and this config has no [[data.stream]] entry".into(),
+                Some("list the domains as [[data.stream]] entries with format = \"jsonl\" or \"text-folder\" (see examples/text/lm-stream.toml)".into()),
+            ));
         }
         Ok(())
     }
@@ -87,6 +126,7 @@ impl LoadedConfig {
                 Some("remove it to train without clipping".into()),
             ));
         }
+        self.check_objective()?;
         if !(c.train.leak_factor >= 1.0 && c.train.leak_factor.is_finite()) {
             return Err(self.error_at(
                 "train",

@@ -22,6 +22,7 @@ mod augment;
 mod checks;
 mod data_stream;
 mod divergence;
+mod objective;
 mod overrides;
 mod params;
 mod spans;
@@ -30,6 +31,7 @@ mod tasks;
 pub use augment::*;
 pub use data_stream::*;
 pub use divergence::*;
+pub use objective::*;
 pub use overrides::*;
 pub use params::*;
 pub use spans::*;
@@ -279,6 +281,22 @@ pub struct TrainConfig {
     /// that configs and checkpoints keep the identity they had before the key existed.
     #[serde(skip_serializing_if = "OnDivergence::is_default")]
     pub on_divergence: OnDivergence,
+    /// `classify` (default) or `lm` ([`Objective`]). Left out of the config as written when
+    /// it is the default.
+    #[serde(skip_serializing_if = "Objective::is_default")]
+    pub objective: Objective,
+    /// Tokens per window of a language-model run (`objective = "lm"`, at least 2; default
+    /// [`DEFAULT_WINDOW`]); refused with the default objective.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<usize>,
+}
+
+impl TrainConfig {
+    /// The window length of a language-model run (`objective = "lm"`: `window`, default
+    /// [`DEFAULT_WINDOW`]); `None` for a classification run.
+    pub fn lm_window(&self) -> Option<usize> {
+        (self.objective == Objective::Lm).then(|| self.window.unwrap_or(DEFAULT_WINDOW))
+    }
 }
 
 /// What the leak alarm does.
@@ -307,6 +325,8 @@ impl Default for TrainConfig {
             on_leak: OnLeak::Warn,
             leak_factor: 1.5,
             on_divergence: OnDivergence::Restart,
+            objective: Objective::Classify,
+            window: None,
         }
     }
 }

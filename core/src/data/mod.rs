@@ -20,6 +20,7 @@ pub mod sources;
 pub mod stream;
 pub mod tokenizer;
 pub mod transform;
+pub mod windows;
 
 pub use dataset::Dataset;
 pub use shape::InputShape;
@@ -81,6 +82,12 @@ pub struct DatasetRequest<'a> {
     /// against, as `path` was: the config's directory; empty outside a config (the working
     /// directory).
     pub base_dir: &'a Path,
+    /// A language-model run's window (`[train] objective = "lm"`, [`crate::config::TrainConfig::lm_window`]):
+    /// a text format then gives windows of this many tokens of its documents, each followed by
+    /// the tokenizer's end-of-sequence id ([`crate::data::windows::chunk_windows`]), instead of one
+    /// padded row per document; `None` for a classification run and outside a config. Other
+    /// readers ignore it (the trainer refuses data that is not windows of this length).
+    pub lm_window: Option<usize>,
 }
 
 impl DatasetRequest<'_> {

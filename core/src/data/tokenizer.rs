@@ -22,6 +22,7 @@ pub struct TextTokenizer {
     path: PathBuf,
     max_len: usize,
     pad_id: u32,
+    eos_id: Option<u32>,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -147,7 +148,51 @@ impl TextTokenizer {
             path: path.to_path_buf(),
             max_len,
             pad_id,
+            eos_id: None,
         })
+    }
+
+    /// A decoder's tokenizer for language modelling (`[train] objective = "lm"`): `path` read
+    /// as [`TextTokenizer::load`] with no truncation below `max_len`, and its end-of-sequence
+    /// id ([`TextTokenizer::eos_id`]) — a GGUF file's `tokenizer.ggml.eos_token_id`; for a
+    /// `tokenizer.json`, the `eos_token_id` of the `config.json` beside it (a Hugging Face
+    /// model directory), which also gives the pad id when the file has none (`pad_token_id`,
+    /// else the eos id, as `engram perplexity` reads such a directory). Without an eos id the
+    /// documents of a text are concatenated with nothing between them.
+    ///
+    /// # Errors
+    /// As [`TextTokenizer::load`]; [`Error::DataFile`] naming `config.json` when it is there
+    /// but not JSON.
+    pub fn load_decoder(path: &Path, max_len: usize) -> Result<Self> {
+        if crate::gguf::is_gguf(path) {
+            let eos = crate::gguf::GgufFile::open(path)?.tokenizer()?.eos_id;
+            let mut t = Self::from_gguf(path, max_len)?;
+            t.eos_id = eos;
+            return Ok(t);
+        }
+        let config = path.with_file_name("config.json");
+        let (eos, pad) = if config.is_file() {
+            let bytes = crate::fsutil::read_bounded(&config, crate::fsutil::MAX_TEXT_BYTES)
+                .map_err(|e| Error::io(&config, e))?;
+            let json: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|e| bad(&config, format!("not JSON: {e}")))?;
+            let id = |k: &str| json[k].as_u64().and_then(|v| u32::try_from(v).ok());
+            (id("eos_token_id"), id("pad_token_id"))
+        } else {
+            (None, None)
+        };
+        let mut t = match pad.or(eos) {
+            Some(p) => Self::load_with_pad(path, max_len, p)?,
+            None => Self::load(path, max_len)?,
+        };
+        t.eos_id = eos;
+        Ok(t)
+    }
+
+    /// The end-of-sequence id a language model's documents end with, when this tokenizer was
+    /// loaded for one ([`TextTokenizer::load_decoder`]); `None` otherwise.
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos_id
     }
 
     /// Ids per text (`max_len`).

@@ -130,6 +130,18 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
             self.inner.after_task(cx)
         })?
     }
+    fn lm_refusal(&self) -> Option<crate::strategy::LmRefusal> {
+        // A plugin whose answer panics is refused, as one that does not say.
+        guard(&self.lib, &self.name, "lm_refusal", || {
+            self.inner.lm_refusal()
+        })
+        .unwrap_or_else(|e| {
+            Some(crate::strategy::LmRefusal {
+                key: "type",
+                reason: e.to_string(),
+            })
+        })
+    }
     fn divergence_hint(&self) -> Option<String> {
         // Asked while a divergence is reported: a hint that panics is left out.
         guard(&self.lib, &self.name, "divergence_hint", || {

@@ -90,6 +90,7 @@ impl Registry {
                 path,
                 &cfg.params("data.options", 0),
                 &cfg.base_dir,
+                cfg.config.train.lm_window(),
             )?,
         };
         crate::data::transform::apply(
@@ -162,6 +163,7 @@ impl Registry {
                 path.as_deref(),
                 &cfg.params("data.stream", index).nested("options"),
                 &cfg.base_dir,
+                cfg.config.train.lm_window(),
             )
             .map_err(|err| match err {
                 // Missing data is this entry's: said at its `path` (or `dataset`) line, and its
@@ -270,6 +272,7 @@ impl Registry {
             path,
             &crate::config::ParamSource::from_toml(""),
             Path::new(""),
+            None,
         )
     }
 
@@ -319,6 +322,7 @@ fn read_entry(
     path: Option<&Path>,
     options: &crate::config::ParamSource,
     base_dir: &Path,
+    lm_window: Option<usize>,
 ) -> Result<crate::data::Dataset> {
     let f = match entry.registration.factory {
         Factory::Dataset(f) => f,
@@ -330,6 +334,7 @@ fn read_entry(
         path,
         options,
         base_dir,
+        lm_window,
     };
     let ds = match &entry.library {
         None => f(&req)?,

@@ -202,6 +202,15 @@ pub struct StepContext<'a> {
     pub grads: Option<&'a [(crate::model::ParamInfo, Tensor<1>)]>,
 }
 
+/// Why a forgetting strategy cannot train a language model ([`ForgettingStrategy::lm_refusal`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LmRefusal {
+    /// The entry's key the refusal is said at (`type` when the strategy as a whole cannot).
+    pub key: &'static str,
+    /// Why, in a clause (the trainer names the strategy before it).
+    pub reason: String,
+}
+
 /// Acts on *what is learned*: mixes in replayed samples, adds loss terms, updates its state
 /// after each step and task.
 ///
@@ -286,6 +295,19 @@ pub trait ForgettingStrategy: Send {
     /// Called after training task `cx.task`, before evaluation.
     fn after_task(&mut self, _cx: &mut TaskContext<'_>) -> Result<()> {
         Ok(())
+    }
+
+    /// Why this strategy cannot train a language model (`[train] objective = "lm"`: windows of
+    /// text, next-token loss, no classes), or `None` when it can. A strategy that reads class
+    /// logits, labels or pooled features (distillation, logit replay, nearest-class-mean,
+    /// projections on a class-loss gradient, a Fisher of the class likelihood) cannot: the
+    /// default refuses, so that a strategy says it works on windows before a run lets it.
+    /// The trainer refuses a refusing strategy before the run starts, at the entry's `key`.
+    fn lm_refusal(&self) -> Option<LmRefusal> {
+        Some(LmRefusal {
+            key: "type",
+            reason: "it works on class logits or labels, which next-token training on windows of text does not have".into(),
+        })
     }
 
     /// Advice for a run that diverged (an infinite or NaN loss) while this strategy acted on

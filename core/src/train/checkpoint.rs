@@ -174,6 +174,12 @@ pub struct Results {
     pub baseline: Vec<f64>,
     /// The same in the task-IL view (class-incremental streams only).
     pub task_il_baseline: Vec<f64>,
+    /// Rows of the perplexity matrix so far (`[train] objective = "lm"`; empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub perplexity_matrix: Matrix,
+    /// Perplexity of the initial model per task (`objective = "lm"`; empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub perplexity_baseline: Vec<Option<f64>>,
 }
 
 /// What the run has recorded so far, beyond the matrices.

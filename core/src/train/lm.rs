@@ -26,28 +26,7 @@
 use crate::{Error, Result};
 use burn::tensor::{Int, Tensor, TensorData, activation};
 
-/// Concatenate-and-chunk: each document of `docs` (token ids) followed by `eos` (when the
-/// tokenizer defines one), concatenated in order, then cut into windows of `window` tokens;
-/// the final remainder shorter than `window` is dropped.
-///
-/// # Errors
-/// [`Error::Data`] when `window` is 0 (a window must hold at least one token; a next-token
-/// loss needs 2).
-pub fn chunk_windows(docs: &[Vec<u32>], eos: Option<u32>, window: usize) -> Result<Vec<Vec<u32>>> {
-    if window == 0 {
-        return Err(Error::Data(
-            "language-model windows: window = 0; a window needs at least 2 tokens".into(),
-        ));
-    }
-    let mut stream: Vec<u32> = Vec::new();
-    for d in docs {
-        stream.extend_from_slice(d);
-        if let Some(e) = eos {
-            stream.push(e);
-        }
-    }
-    Ok(stream.chunks_exact(window).map(<[u32]>::to_vec).collect())
-}
+pub use crate::data::windows::chunk_windows;
 
 /// Next-token NLL of a batch: per window, the sum of `−ln p(x_{t+1} | x_{≤t})` over its real
 /// positions, and how many predictions that sum holds.
@@ -108,18 +87,48 @@ pub fn next_token_nll(
         )));
     }
     // Padding positions may hold any id; they are clamped into range and masked out.
-    let targets = ids.slice([0..b, 1..len]).clamp(0, vocab as i64 - 1);
     let mask: Vec<f32> = lengths
         .iter()
         .flat_map(|&n| (0..len - 1).map(move |t| if t + 1 < n { 1.0 } else { 0.0 }))
         .collect();
     let mask = Tensor::<2>::from_data(TensorData::new(mask, [b, len - 1]), &device);
-    let logp = activation::log_softmax(logits.slice([0..b, 0..len - 1, 0..vocab]), 2);
-    let picked = logp
-        .gather(2, targets.reshape([b, len - 1, 1]))
-        .reshape([b, len - 1]);
-    let per_sample = (picked * mask).neg().sum_dim(1).reshape([b]);
+    let per_sample = (picked_log_probs(logits, ids) * mask)
+        .neg()
+        .sum_dim(1)
+        .reshape([b]);
     Ok(TokenNll { per_sample, tokens })
+}
+
+/// `ln p(x_{t+1} | x_{≤t})` at every position `t < len − 1`: `[batch, len − 1]`, from logits
+/// `[batch, len, vocab]` (`len ≥ 2`) and ids `[batch, len]` (clamped into the vocabulary).
+fn picked_log_probs(logits: Tensor<3>, ids: Tensor<2, Int>) -> Tensor<2> {
+    let [b, len, vocab] = logits.dims();
+    let targets = ids.slice([0..b, 1..len]).clamp(0, vocab as i64 - 1);
+    let logp = activation::log_softmax(logits.slice([0..b, 0..len - 1, 0..vocab]), 2);
+    logp.gather(2, targets.reshape([b, len - 1, 1]))
+        .reshape([b, len - 1])
+}
+
+/// The training loss of a language-model run (`[train] objective = "lm"`), per window: the
+/// mean next-token NLL of each full window, nats per prediction, `[batch]`
+/// (`NLL_b / (len − 1)`, [`next_token_nll`] without padding). Its mean over the batch is
+/// [`next_token_loss`] of the same windows (every window has `len − 1` predictions).
+///
+/// `flat_logits` are the model's per-token logits as the memory strategies hand them to the
+/// loss, flattened per window (`[batch, len · vocab]`, [`Activation::into_flat`] of
+/// `[batch, len, vocab]`); `ids` `[batch, len]` the windows (`len ≥ 2`, ids below `vocab`: the
+/// trainer checks the data's ids against the model's vocabulary before a run starts).
+///
+/// [`Activation::into_flat`]: crate::model::Activation::into_flat
+pub fn window_nll(flat_logits: Tensor<2>, ids: Tensor<2, Int>, vocab: usize) -> Tensor<1> {
+    let [b, len] = ids.dims();
+    let logits = flat_logits.reshape([b, len, vocab]);
+    let predictions = len.saturating_sub(1).max(1) as f32;
+    picked_log_probs(logits, ids)
+        .sum_dim(1)
+        .reshape([b])
+        .neg()
+        .div_scalar(predictions)
 }
 
 /// Mean next-token NLL over every counted token of the batch (the training loss `[1]`):

@@ -335,6 +335,12 @@ pub struct Report {
     /// without anything having been retained. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_note: Option<String>,
+    /// A language-model run (`[train] objective = "lm"`): the perplexity matrix, its metrics
+    /// and their definitions ([`crate::train::trainer::LmReport`]). The accuracy matrix of such
+    /// a run has `null` cells and `metrics` no value: a window of text has no class. Absent
+    /// for a classification run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language_model: Option<crate::train::trainer::LmReport>,
     /// For each metric, the cells of the accuracy matrix it read (cells not evaluated under a
     /// cadence are `null` and skipped).
     #[serde(default)]

@@ -120,7 +120,15 @@ fn read_text(
     let test = super::text::drop_shared(&train, super::text::docs(test, &classes), FORMAT);
     super::text::check_every_class(&train, &classes, dir, FORMAT)?;
     let name = super::display_name(req, dir);
-    super::text::assemble(FORMAT, &name, dir, &tok, &train, &test, classes)
+    super::text::assemble(
+        FORMAT,
+        &name,
+        dir,
+        &tok,
+        (&train, &test),
+        classes,
+        req.lm_window,
+    )
 }
 
 crate::component!(format "csv", "train.csv and test.csv with a header row, a `label` column (indices or names) and the feature columns", CsvOptions, read, write);

@@ -517,6 +517,7 @@ mod tests {
                 path: Some(&dir),
                 options: &options,
                 base_dir: Path::new(""),
+                lm_window: None,
             };
             let read = match reg.factory {
                 crate::component::Factory::Format(f) => f.read,
@@ -542,6 +543,7 @@ mod tests {
             path: Some(&dir),
             options: &none,
             base_dir: Path::new(""),
+            lm_window: None,
         };
         assert!(!matches!(csv::read(&req), Err(Error::Config { .. })));
     }

@@ -254,7 +254,9 @@ pub fn drop_shared(train: &[Doc], test: Vec<Doc>, format: &str) -> Vec<Doc> {
 }
 
 /// Tokenizes both splits and assembles the token dataset (module docs): shape
-/// `[max_len]`, ids as `uint32` ([`Values::Tokens`]), mean 0 and std 1, `class_names` in label order.
+/// `[max_len]`, ids as `uint32` ([`Values::Tokens`]), mean 0 and std 1, `class_names` in label order;
+/// with `window` (a language-model run, [`crate::data::DatasetRequest::lm_window`]) the
+/// windows of [`assemble_windows`] instead.
 ///
 /// # Errors
 /// [`Error::DataFile`] naming `dir` when a split has no documents; the tokenizer's errors;
@@ -264,10 +266,13 @@ pub fn assemble(
     name: &str,
     dir: &Path,
     tok: &TextTokenizer,
-    train: &[Doc],
-    test: &[Doc],
+    (train, test): (&[Doc], &[Doc]),
     class_names: Vec<String>,
+    window: Option<usize>,
 ) -> Result<Dataset> {
+    if let Some(w) = window {
+        return assemble_windows(format, name, dir, tok, (train, test), w);
+    }
     let raw = |docs: &[Doc], what: &str| -> Result<Raw> {
         if docs.is_empty() {
             return Err(bad(
@@ -300,7 +305,71 @@ pub fn assemble(
     )
 }
 
-/// Loads `[data.options] tokenizer` (resolved against the config's directory) for `max_len`.
+/// A language-model run's dataset of one split pair: each split's documents encoded by `tok`
+/// (its own special tokens, no truncation), each followed by `tok`'s end-of-sequence id,
+/// concatenated and cut into windows of `window` tokens, the last partial window dropped
+/// ([`crate::data::windows::chunk_windows`], as `engram perplexity` cuts a text). Shape
+/// `[window]`, ids as `uint32`, one class `text` (every label 0: a window is no class).
+///
+/// # Errors
+/// [`Error::DataFile`] naming `dir` when a split has no documents or too few tokens for one
+/// window; the tokenizer's errors.
+pub fn assemble_windows(
+    format: &'static str,
+    name: &str,
+    dir: &Path,
+    tok: &TextTokenizer,
+    (train, test): (&[Doc], &[Doc]),
+    window: usize,
+) -> Result<Dataset> {
+    use rayon::prelude::*;
+    let raw = |docs: &[Doc], what: &str| -> Result<Raw> {
+        let ids: Vec<Vec<u32>> = docs
+            .par_iter()
+            .map(|d| tok.encode_ids(&d.text))
+            .collect::<Result<_>>()?;
+        let windows = crate::data::windows::chunk_windows(&ids, tok.eos_id(), window)?;
+        if windows.is_empty() {
+            let tokens: usize = ids.iter().map(|d| d.len() + 1).sum();
+            return Err(bad(
+                dir,
+                format,
+                format!(
+                    "the {what} split's {} documents hold {tokens} tokens (eos included), fewer than one language-model window of {window}",
+                    docs.len()
+                ),
+            ));
+        }
+        Ok(Raw {
+            labels: vec![0; windows.len()],
+            values: Values::Tokens(windows.concat()),
+        })
+    };
+    let meta = Meta {
+        class_names: Some(vec!["text".into()]),
+        mean: Some(vec![0.0]),
+        std: Some(vec![1.0]),
+        ..Meta::default()
+    };
+    super::assemble(
+        format,
+        name,
+        dir,
+        raw(train, "train")?,
+        raw(test, "test")?,
+        InputShape::Features(window),
+        Some(meta),
+    )
+}
+
+/// A document's most tokens in a language-model run: far above any document a bounded file
+/// holds, so that nothing is cut before the documents are chunked into windows.
+pub const LM_MAX_TOKENS: usize = 1 << 24;
+
+/// Loads `[data.options] tokenizer` (resolved against the config's directory) for `max_len`;
+/// in a language-model run ([`crate::data::DatasetRequest::lm_window`]) as a decoder's
+/// tokenizer with its eos id and no truncation ([`TextTokenizer::load_decoder`]; `max_len` is
+/// then not used).
 ///
 /// # Errors
 /// As [`TextTokenizer::load`].
@@ -309,7 +378,10 @@ pub fn tokenizer(
     path: &Path,
     max_len: usize,
 ) -> Result<TextTokenizer> {
-    TextTokenizer::load(&req.resolve(path), max_len)
+    match req.lm_window {
+        Some(_) => TextTokenizer::load_decoder(&req.resolve(path), LM_MAX_TOKENS),
+        None => TextTokenizer::load(&req.resolve(path), max_len),
+    }
 }
 
 /// A text writer's refusal: writing text back is not built yet.

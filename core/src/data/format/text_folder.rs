@@ -204,7 +204,15 @@ pub fn read(req: &crate::data::DatasetRequest<'_>) -> Result<Dataset> {
         }
     }
     let name = super::display_name(req, dir);
-    text::assemble(FORMAT, &name, dir, &tok, &train, &test, classes)
+    text::assemble(
+        FORMAT,
+        &name,
+        dir,
+        &tok,
+        (&train, &test),
+        classes,
+        req.lm_window,
+    )
 }
 
 /// Writing text back is not built yet ([`text::refuse_write`]).

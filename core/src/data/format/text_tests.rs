@@ -28,6 +28,7 @@ fn load(
         path: Some(dir),
         options: &options,
         base_dir: Path::new(""),
+        lm_window: None,
     })
 }
 
@@ -98,6 +99,7 @@ fn the_tokenizer_path_is_relative_to_the_config() {
             path: Some(d.path()),
             options: &options,
             base_dir,
+            lm_window: None,
         })
     };
     let ds = read(&base).unwrap();
@@ -319,6 +321,7 @@ fn a_batch_holds_the_tokenizers_ids_exactly_above_2_pow_24() {
         path: Some(&r.join("data")),
         options: &options,
         base_dir: Path::new(""),
+        lm_window: None,
     })
     .unwrap();
     let striker = [2, big, 137, 199, 138, 184, 30521, 3];
@@ -344,6 +347,7 @@ fn a_batch_holds_the_tokenizers_ids_exactly_above_2_pow_24() {
         path: Some(&out),
         options: &plain.params("data.options", 0),
         base_dir: Path::new(""),
+        lm_window: None,
     })
     .unwrap();
     assert_eq!(back.train.values, ds.train.values);

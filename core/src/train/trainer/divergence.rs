@@ -24,6 +24,8 @@ pub(super) struct StepScene<'a> {
     pub forgetting: &'a [Box<dyn ForgettingStrategy>],
     /// The step's global-norm clipping threshold (the config's, or a restart's).
     pub clip_norm: Option<f64>,
+    /// What the run trains (`[train] objective`): which task loss the parts recompute.
+    pub objective: crate::config::Objective,
 }
 
 impl<'a> StepScene<'a> {
@@ -45,6 +47,7 @@ impl<'a> StepScene<'a> {
             memory: &p.memory,
             forgetting: &p.forgetting,
             clip_norm,
+            objective: p.cfg.config.train.objective,
         }
     }
 }
@@ -103,7 +106,7 @@ fn loss_parts(s: &StepScene<'_>) -> String {
         .model
         .forward_range_seeded(0..n, s.batch.input(), &s.batch.forward_ctx(), s.rng_seed)
         .into_flat();
-    let ce = per_sample_cross_entropy(logits.clone(), s.batch);
+    let ce = per_row_loss(s.objective, s.model, logits.clone(), s.batch);
     let ce = match &s.batch.weights {
         Some(w) => (ce * w.clone()).sum(),
         None => ce.mean(),

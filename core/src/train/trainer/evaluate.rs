@@ -218,6 +218,9 @@ impl state::RunState<'_> {
     /// `b_j`: the initial model's accuracy on every task (for forward transfer), in both
     /// views on class-incremental streams.
     pub(super) fn evaluate_baseline(&mut self) {
+        if self.is_lm() {
+            return self.evaluate_lm(0, true, true);
+        }
         let te = Instant::now();
         let valid = self.model.valid();
         let (stream, eval_bs) = (&self.p.stream, self.c.train.eval_batch_size);
@@ -250,6 +253,9 @@ impl state::RunState<'_> {
             .filter_map(|s| s.evaluate_all(round, rounds))
             .all(|b| b)
             || round + 1 == rounds;
+        if self.is_lm() {
+            return self.evaluate_lm(round, all, false);
+        }
         let (stream, joint) = (&self.p.stream, self.c.train.joint);
         let eval_bs = self.c.train.eval_batch_size;
         let valid = self.model.valid();

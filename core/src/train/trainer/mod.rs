@@ -15,6 +15,7 @@
 mod divergence;
 mod evaluate;
 mod export;
+mod objective;
 mod prepare;
 mod publish;
 mod record;
@@ -27,6 +28,7 @@ mod task;
 
 pub use evaluate::*;
 pub use export::*;
+pub use objective::*;
 pub use prepare::*;
 pub use resume::*;
 pub use rundir::*;

@@ -75,6 +75,9 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     }
     // The model's factory checks its keys against the data's geometry now, before anything is
     // written (the model itself is built again, on the run's device, by `build_model`).
+    let model = registry.build_model(&cfg, &model_context(&cfg, &stream), &device)?;
+    let (model, _) = load_init(&cfg, model)?;
+    check_model_fits_data(&cfg, &model, &stream)?;
     let bcx = BuildContext {
         num_tasks: stream.len(),
         num_classes: stream.num_classes,
@@ -82,11 +85,9 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
         seed: c.run.seed,
     };
     let forgetting = registry.build_forgetting(&cfg, &bcx)?;
+    check_objective(&cfg, &model, &stream, &forgetting, &device)?;
     let memory = registry.build_memory(&cfg, &bcx)?;
     let schedulers = registry.build_schedulers(&cfg, &bcx)?;
-    let model = registry.build_model(&cfg, &model_context(&cfg, &stream), &device)?;
-    let (model, _) = load_init(&cfg, model)?;
-    check_model_fits_data(&cfg, &model, &stream)?;
     // A memory strategy's adaptation (`lora`'s targets) is checked on the real model too.
     adapt(&memory, model)?;
     Ok(Prepared {
@@ -181,7 +182,8 @@ pub fn check_model_fits_data(cfg: &LoadedConfig, model: &Model, stream: &Stream)
     } else {
         "type"
     };
-    if model.num_classes != stream.num_classes {
+    // A language model's outputs are its vocabulary, not classes (objective.rs checks it).
+    if model.num_classes != stream.num_classes && cfg.config.train.lm_window().is_none() {
         return Err(cfg.error_at(
             "model",
             key,

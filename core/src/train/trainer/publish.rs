@@ -209,6 +209,7 @@ mod tests {
             task_il_baseline: vec![0.5, 0.6],
             matrix: vec![vec![Some(0.9), None], vec![Some(0.4), Some(0.8)]],
             task_il_matrix: vec![vec![Some(0.95), None], vec![Some(0.7), Some(0.85)]],
+            ..checkpoint::Results::default()
         };
         assert_eq!(
             cells(&r),

@@ -106,6 +106,9 @@ pub(super) fn build_report(
     let c = &p.cfg.config;
     let stream = &p.stream;
     let m = metrics::compute(&pr.results.matrix, &pr.results.baseline);
+    // A language-model run has no accuracies: no task-IL view either (objective.rs).
+    let lm = c.train.lm_window().is_some();
+    let class_il = stream.scenario == Scenario::ClassIncremental && !lm;
     let m_retention = m.retention;
     let mut mem = pr.record.memory.clone();
     mem.peak_bytes = mem
@@ -146,10 +149,7 @@ pub(super) fn build_report(
         tasks: task_summaries(stream),
         accuracy_matrix: pr.results.matrix.clone(),
         initial_accuracy: pr.results.baseline.clone(),
-        random_init_accuracy: pr
-            .origin
-            .init
-            .is_none()
+        random_init_accuracy: (pr.origin.init.is_none() && !lm)
             .then(|| pr.results.baseline.clone()),
         init: pr.origin.init.clone(),
         normalization: Some(if stream.dataset.train.values.is_tokens() {
@@ -162,11 +162,11 @@ pub(super) fn build_report(
             )
         }),
         metrics: m,
-        task_il_accuracy_matrix: (stream.scenario == Scenario::ClassIncremental)
-            .then(|| pr.results.task_il_matrix.clone()),
-        task_il_metrics: (stream.scenario == Scenario::ClassIncremental)
+        task_il_accuracy_matrix: class_il.then(|| pr.results.task_il_matrix.clone()),
+        task_il_metrics: class_il
             .then(|| metrics::compute(&pr.results.task_il_matrix, &pr.results.task_il_baseline)),
         retention_note: retention_note(pr, m_retention),
+        language_model: lm_report(&p.cfg, &pr.results),
         metric_cells: crate::train::report::metric_cells(&pr.results.matrix),
         throughput: Throughput {
             train_samples_per_s: pr.record.counters.samples as f64 / timings.train_s.max(1e-9),

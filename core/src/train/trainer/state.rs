@@ -98,7 +98,7 @@ impl<'a> RunState<'a> {
     fn run_loop(mut self) -> Result<Report> {
         self.open_metrics_log()?;
         // b_j: the initial model on every task (for forward transfer).
-        if self.pr.results.baseline.is_empty() {
+        if self.pr.results.baseline.is_empty() && self.pr.results.perplexity_baseline.is_empty() {
             self.evaluate_baseline();
             self.save()?;
         }

@@ -18,16 +18,39 @@ pub fn per_sample_cross_entropy(logits: Tensor<2>, batch: &Batch) -> Tensor<1> {
         .neg()
 }
 
-/// The loss of a training step: cross-entropy plus every strategy's penalty.
+/// Per-row loss of `logits` for `objective`, `[batch]`: cross-entropy of the batch's labels
+/// ([`per_sample_cross_entropy`]) or, for a language model, each window's mean next-token NLL
+/// ([`crate::train::lm::window_nll`]: `logits` are the per-token logits flattened,
+/// `[batch, len · vocab]`, `vocab` = `model.num_classes`, against the window's own ids).
+pub fn per_row_loss(
+    objective: crate::config::Objective,
+    model: &Model,
+    logits: Tensor<2>,
+    batch: &Batch,
+) -> Tensor<1> {
+    match (objective, &batch.x) {
+        (crate::config::Objective::Lm, crate::data::input::Input::Ids(ids)) => {
+            crate::train::lm::window_nll(logits, ids.clone(), model.num_classes)
+        }
+        _ => per_sample_cross_entropy(logits, batch),
+    }
+}
+
+/// The loss of a training step: the task loss plus every strategy's penalty.
 ///
-/// `task loss = mean_i CE_i` when the batch has no weights, else `Σ_i w_i·CE_i` (a strategy
+/// `task loss = mean_i L_i` when the batch has no weights, else `Σ_i w_i·L_i` (a strategy
 /// that sets weights chooses their normalisation; replay's `every`/`weight` mode uses
-/// `1/n_new` for new rows and `weight/n_memory` for memory rows).
+/// `1/n_new` for new rows and `weight/n_memory` for memory rows), `L_i` the row's
+/// [`per_row_loss`]: cross-entropy, or a window's mean next-token NLL under
+/// `[train] objective = "lm"` (then the unweighted task loss is the token mean of the batch,
+/// every window having as many predictions).
 pub struct TrainLoss<'a> {
     /// The forgetting strategies (their penalties are added).
     pub forgetting: &'a [Box<dyn ForgettingStrategy>],
     /// The batch context the penalties see.
     pub cx: &'a BatchContext<'a>,
+    /// What the run trains (`[train] objective`).
+    pub objective: crate::config::Objective,
 }
 
 impl LossFn for TrainLoss<'_> {
@@ -41,7 +64,7 @@ impl LossFn for TrainLoss<'_> {
                 });
             }
         }
-        let ce = per_sample_cross_entropy(logits, batch);
+        let ce = per_row_loss(self.objective, model, logits, batch);
         let mut total = match &batch.weights {
             Some(w) => (ce.clone() * w.clone()).sum(),
             None => ce.clone().mean(),
@@ -178,6 +201,7 @@ impl state::RunState<'_> {
         let loss_fn = TrainLoss {
             forgetting: &p.forgetting,
             cx: &bcx,
+            objective: self.c.train.objective,
         };
         let rows = batch.len();
         let window = memory::PeakWindow::open(&self.inner);
