@@ -24,13 +24,17 @@ pub struct EvalArgs {
 }
 
 /// `engram eval`: each task's accuracy (and with `--confusion` the confusion matrix) of the
-/// checkpoint's model, as a table or one JSON line.
+/// checkpoint's model, as a table or one JSON line; for a language-model run
+/// (`[train] objective = "lm"`), each task's held-out perplexity instead ([`eval_lm`]).
 pub fn eval(_cli: &super::Cli, registry: &Registry, args: &EvalArgs) -> Result<()> {
     let (p, model, progress) =
         trainer::load_checkpoint_model(&args.checkpoint, registry, args.device.as_deref())?;
     let seen = progress.round.saturating_sub(1);
     let valid = engram::core::burn::module::Module::valid(&model);
     let batch = p.cfg.config.train.eval_batch_size;
+    if p.cfg.config.train.lm_window().is_some() {
+        return eval_lm(&p, &valid, &progress, args.json);
+    }
     let acc: Vec<f64> = (0..p.stream.len())
         .map(|t| trainer::evaluate_task(&valid, &p.stream, t, seen, batch, &p.device))
         .collect();
@@ -78,6 +82,49 @@ pub fn eval(_cli: &super::Cli, registry: &Registry, args: &EvalArgs) -> Result<(
     }
     if let Some(m) = &matrix {
         print!("{}", engram::summary::confusion_table(m, names));
+    }
+    Ok(())
+}
+
+/// A language-model run's checkpoint on every task: the perplexity of its evaluation windows
+/// (as the run's own perplexity matrix scores them, [`trainer::task_perplexity`]; lower is
+/// better), as a table or one JSON line (`"perplexity"`, `null` for a task without windows).
+fn eval_lm(
+    p: &trainer::Prepared,
+    model: &engram::core::model::Model,
+    progress: &engram::core::train::checkpoint::Cursor,
+    json: bool,
+) -> Result<()> {
+    let batch = p.cfg.config.train.eval_batch_size;
+    let ppl: Vec<Option<f64>> = (0..p.stream.len())
+        .map(|t| trainer::task_perplexity(model, &p.stream, t, batch, &p.device))
+        .collect();
+    if json {
+        let v = serde_json::json!({
+            "tasks_trained": progress.round,
+            "step_in_task": progress.step_in_task,
+            "perplexity": ppl,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!(
+        "after {} trained task(s){}: held-out perplexity (lower is better)",
+        progress.round,
+        if progress.step_in_task > 0 {
+            format!(
+                " and {} step(s) of task {}",
+                progress.step_in_task, progress.round
+            )
+        } else {
+            String::new()
+        }
+    );
+    for (t, v) in ppl.iter().enumerate() {
+        match v {
+            Some(v) => println!("  T{t}  {v:10.3}"),
+            None => println!("  T{t}  –"),
+        }
     }
     Ok(())
 }

@@ -180,7 +180,8 @@ fn first_step_loss_is_the_next_token_loss_of_its_windows() {
 
 /// The report's perplexity matrix: its initial row equals `engram perplexity` of the GGUF on
 /// each domain's test paragraphs, its last row `engram perplexity` of the run's final
-/// checkpoint on them; BWT and forgetting on log-perplexity follow the stated definitions;
+/// checkpoint on them, and `engram eval` of the run the last row; BWT and forgetting on
+/// log-perplexity follow the stated definitions;
 /// the accuracy matrix holds no value; the summary prints the matrix.
 #[test]
 fn perplexity_matrix_equals_engram_perplexity_on_the_same_models_and_texts() {
@@ -228,6 +229,14 @@ fn perplexity_matrix_equals_engram_perplexity_on_the_same_models_and_texts() {
             "{name}: {} vs {initial}",
             p[1][j]
         );
+    }
+    // `engram eval` of the run: the last row again.
+    let (code, log) = run(&["eval", out.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{log}");
+    let v: serde_json::Value = serde_json::from_str(log.trim()).unwrap();
+    for (j, want) in p[1].iter().enumerate() {
+        let got = v["perplexity"][j].as_f64().unwrap();
+        assert!(close(got, *want, 1e-6), "eval T{j}: {got} vs {want}");
     }
     // T = 2: BWT and forgetting read the one old task, on ln P.
     let bwt = p[1][0].ln() - p[0][0].ln();
