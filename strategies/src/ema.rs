@@ -154,6 +154,12 @@ impl ForgettingStrategy for Ema {
         EmaParams::NAME
     }
 
+    /// Weight averaging reads parameters only: it trains a language model as it trains a
+    /// classifier.
+    fn lm_refusal(&self) -> Option<engram_core::strategy::LmRefusal> {
+        None
+    }
+
     fn before_task(&mut self, _cx: &mut TaskContext<'_>) -> Result<()> {
         self.average.clear();
         self.updates = 0;

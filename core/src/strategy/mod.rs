@@ -400,7 +400,10 @@ pub enum MemoryLayer {
 
 /// The loss of a step: task loss plus every forgetting strategy's penalty.
 pub trait LossFn {
-    /// Total loss `[1]` and per-sample cross-entropy `[batch]` for `logits` `[batch, classes]`.
+    /// Total loss `[1]` and per-sample loss `[batch]` for `logits` `[batch, classes]`: the
+    /// model's last activation flattened per sample (`Activation::into_flat`), so that for a
+    /// language model (`[train] objective = "lm"`) they are its per-token logits
+    /// `[batch, len · vocab]`, which the trainer's loss reads back as `[batch, len, vocab]`.
     fn loss(&self, model: &Model, logits: Tensor<2>, batch: &Batch) -> (Tensor<1>, Tensor<1>);
 }
 

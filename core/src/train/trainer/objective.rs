@@ -116,7 +116,7 @@ pub fn check_objective(
                     r.reason
                 ),
                 Some(
-                    "language-model runs take `naive` and `replay` (of windows, distill = 0)"
+                    "language-model runs take `naive`, `ema` and `replay` (of windows, distill = 0)"
                         .into(),
                 ),
             ));
