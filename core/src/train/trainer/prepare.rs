@@ -190,10 +190,10 @@ pub fn check_model_fits_data(cfg: &LoadedConfig, model: &Model, stream: &Stream)
             format!(
                 "the model gives {} outputs a sample, the data has {} classes: this model's head \
                  does not classify the data (a decoder language model's outputs are its vocabulary's \
-                 next-token logits, which engram does not train as classes)",
+                 next-token logits, which a classification run does not train as classes)",
                 model.num_classes, stream.num_classes
             ),
-            Some("classify text with an encoder (type = \"bert\"), whose head takes the data's classes".into()),
+            Some("classify text with an encoder (type = \"bert\"), whose head takes the data's classes, or train the decoder on next tokens: [train] objective = \"lm\"".into()),
         ));
     }
     let Some(vocab) = model.token_vocab() else {
