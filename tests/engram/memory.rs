@@ -259,6 +259,52 @@ fn throughput_bench_reports_each_thread_count() {
     }
 }
 
+/// `bench throughput --model cnn` measures the recipe's CNN (channels [16, 32], batch 64) in a
+/// child per thread count beside its PyTorch twin (bench/throughput_image_torch.py); without
+/// PyTorch the twin's figures are `null` and the message names the script that did not run.
+#[test]
+fn cnn_throughput_rows_name_their_twin() {
+    let d = tempfile::tempdir().unwrap();
+    let j = d.path().join("cnn.json");
+    let (code, msg) = run(&[
+        "bench",
+        "throughput",
+        "--model",
+        "cnn",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+        "--python",
+        "false",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{msg}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
+    assert_eq!(v["model"], "CNN channels [16, 32]", "{v}");
+    assert_eq!(
+        (v["batch"].as_u64(), v["steps"].as_u64()),
+        (Some(64), Some(2))
+    );
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{v}");
+    assert_eq!(rows[0]["threads"], 1);
+    assert!(
+        rows[0]["engram_samples_per_s"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert!(rows[0]["torch_samples_per_s"].is_null(), "{v}");
+    assert!(rows[0]["ratio_vs_torch"].is_null(), "{v}");
+    assert_eq!(rows[0]["rounds"][0]["engram"]["batch"], 64, "{v}");
+    assert!(
+        msg.contains("`false - < bench/throughput_image_torch.py` did not run"),
+        "{msg}"
+    );
+}
+
 /// A 3-task class-incremental Split-FMNIST slice with EWC (λ 100) and replay (500) on an MLP
 /// of `hidden` layers, SGD 0.05 with momentum 0.9 and `clip_norm = 1.0`, batch `batch`,
 /// `subsample` training rows a task, then `memory` (its `[[memory]]` entries).

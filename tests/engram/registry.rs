@@ -102,6 +102,16 @@ const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
         "a value of the benchmarks' `--model`",
     ),
     (
+        "cnn",
+        "src/bench/torch.rs",
+        "the `--model` of the image models' PyTorch twin (bench/throughput_image_torch.py)",
+    ),
+    (
+        "vit",
+        "src/bench/torch.rs",
+        "the `--model` of the image models' PyTorch twin (bench/throughput_image_torch.py)",
+    ),
+    (
         "llama",
         "src/cli/bench/vocab.rs",
         "a value of the benchmarks' `--model`",

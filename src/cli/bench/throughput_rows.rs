@@ -47,7 +47,7 @@ fn engram_child(a: &ThroughputArgs, threads: usize) -> Result<Value> {
 }
 
 /// The PyTorch twin of `r` at `threads`: the plain loop for the example MLP (784-400-400-10
-/// with SGD), `transformers` for BERT, none for another model.
+/// with SGD), the CNN and the ViT, `transformers` for BERT; none for another MLP.
 fn twin(a: &ThroughputArgs, r: &Resolved, threads: usize) -> Option<Value> {
     let (steps, warmup) = super::throughput::steps(a, &r.model);
     match &r.model {
@@ -57,19 +57,23 @@ fn twin(a: &ThroughputArgs, r: &Resolved, threads: usize) -> Option<Value> {
         } if r.optimizer == BenchOptimizer::Sgd => {
             engram::bench::torch::run(&a.python, r.batch, steps, threads, &a.device)
         }
-        BenchModel::Bert { .. } => engram::bench::torch::run_bert(
-            &a.python,
-            &engram::bench::torch::BertTwin {
-                model: &r.model,
+        BenchModel::Mlp { .. } => None,
+        model => {
+            let twin = engram::bench::torch::Twin {
+                model,
                 batch: r.batch,
                 steps,
                 warmup,
                 optimizer: r.optimizer,
                 threads,
                 device: &a.device,
-            },
-        ),
-        _ => None,
+            };
+            if matches!(model, BenchModel::Bert { .. }) {
+                engram::bench::torch::run_bert(&a.python, &twin)
+            } else {
+                engram::bench::torch::run_image(&a.python, &twin)
+            }
+        }
     }
 }
 
@@ -159,27 +163,38 @@ pub fn rows(a: &ThroughputArgs, r: &Resolved, counts: &[usize]) -> Result<Rows> 
             "rounds": runs.iter().map(|(e, t)| json!({"engram": e, "torch": t})).collect::<Vec<_>>(),
         }));
     }
+    let script = match r.model {
+        BenchModel::Bert { .. } => "bench/throughput_bert_torch.py",
+        BenchModel::Mlp { .. } => "bench/throughput_torch.py",
+        _ => "bench/throughput_image_torch.py",
+    };
     match (&out.torch, &r.model) {
         (Some(v), BenchModel::Bert { .. }) => println!(
-            "PyTorch {v}, transformers {}: BertModel and a linear head, bench/throughput_bert_torch.py; peak RSS of each process (VmHWM / ru_maxrss)",
+            "PyTorch {v}, transformers {}: BertModel and a linear head, {script}; peak RSS of each process (VmHWM / ru_maxrss)",
             out.transformers.as_deref().unwrap_or("?")
         ),
-        (Some(v), _) => println!("PyTorch {v}: the plain loop of bench/throughput_torch.py"),
-        (None, BenchModel::Mlp { .. } | BenchModel::Bert { .. }) if !counts.is_empty() => {
-            let script = if matches!(r.model, BenchModel::Bert { .. }) {
-                "bench/throughput_bert_torch.py` (are torch and transformers importable?)"
+        (Some(v), _) => println!("PyTorch {v}: the plain loop of {script}"),
+        (None, BenchModel::Mlp { depth, width })
+            if !counts.is_empty()
+                && (*depth, *width, r.optimizer) != (2, 400, BenchOptimizer::Sgd) =>
+        {
+            println!(
+                "PyTorch comparison skipped: no PyTorch twin for {} with {} (the example MLP 784-400-400-10 with sgd has one)",
+                r.model.describe(),
+                r.optimizer.name()
+            )
+        }
+        (None, _) if !counts.is_empty() => {
+            let needs = if matches!(r.model, BenchModel::Bert { .. }) {
+                "are torch and transformers importable?"
             } else {
-                "bench/throughput_torch.py` (is torch importable? the twin is the example MLP 784-400-400-10 with sgd only)"
+                "is torch importable?"
             };
             println!(
-                "PyTorch comparison skipped: `{} - < {script} did not run",
+                "PyTorch comparison skipped: `{} - < {script}` did not run ({needs})",
                 a.python
             )
         }
-        (None, _) if !counts.is_empty() => println!(
-            "PyTorch comparison skipped: no PyTorch twin for {} (the example MLP and bert have one)",
-            r.model.describe()
-        ),
         (None, _) => {}
     }
     Ok(out)

@@ -31,7 +31,7 @@ pub struct ModelArgs {
     #[arg(long)]
     pub seq_len: Option<usize>,
     /// Batch size [defaults: bench memory: mlp 4096, cnn and vit 256, bert 4; bench
-    /// throughput: 128, bert 16].
+    /// throughput: 128, cnn 64 (examples/cnn/split-fmnist.toml's), bert 16].
     #[arg(long)]
     pub batch: Option<usize>,
     /// Blocks of the mlp, cnn (1 or 2) or vit [defaults: bench memory: mlp 16, vit 8; bench
@@ -134,6 +134,7 @@ impl ModelArgs {
             (Bench::Memory, "bert") => 4,
             (Bench::Memory, _) => 256,
             (Bench::Throughput, "bert") => 16,
+            (Bench::Throughput, "cnn") => 64,
             (Bench::Throughput, _) => 128,
         });
         Ok(Resolved {
@@ -283,6 +284,30 @@ mod tests {
                 },
                 128,
                 BenchOptimizer::Sgd
+            )
+        );
+        // The CNN of bench throughput is the recipe's (examples/cnn/split-fmnist.toml):
+        // channels [16, 32], batch 64.
+        let r = args("cnn").resolve(Bench::Throughput).unwrap();
+        assert_eq!(
+            (r.model, r.batch),
+            (
+                BenchModel::Cnn {
+                    depth: 2,
+                    width: 16
+                },
+                64
+            )
+        );
+        let r = args("vit").resolve(Bench::Throughput).unwrap();
+        assert_eq!(
+            (r.model, r.batch),
+            (
+                BenchModel::Vit {
+                    depth: 8,
+                    width: 128
+                },
+                128
             )
         );
         let mut a = args("bert");
