@@ -59,8 +59,23 @@ fn perplexity_table(r: &Report, lm: &engram_core::train::trainer::LmReport) -> S
         }
         s.push('\n');
     }
-    for (i, row) in lm.perplexity_matrix.iter().enumerate() {
-        let label = if r.joint {
+    matrix_rows(&mut s, r.joint, &lm.perplexity_matrix, cell);
+    let m = &lm.metrics;
+    let _ = writeln!(
+        s,
+        "mean perplexity {}  BWT {} and forgetting {} nats/token on log-perplexity (positive = forgetting); no accuracies: a window has no class",
+        m.mean_ppl.map_or("–".into(), |v| format!("{v:.2}")),
+        signed(m.bwt_log_ppl),
+        signed(m.forgetting_log_ppl),
+    );
+    s
+}
+
+/// Appends a matrix's rows to `s`, labelled `after T{i}` (`joint` for a joint run's one row),
+/// each cell written by `cell`.
+fn matrix_rows<T: Copy>(s: &mut String, joint: bool, rows: &[Vec<T>], cell: impl Fn(T) -> String) {
+    for (i, row) in rows.iter().enumerate() {
+        let label = if joint {
             "joint".to_string()
         } else {
             format!("after T{i}")
@@ -71,15 +86,6 @@ fn perplexity_table(r: &Report, lm: &engram_core::train::trainer::LmReport) -> S
         }
         s.push('\n');
     }
-    let m = &lm.metrics;
-    let _ = writeln!(
-        s,
-        "mean perplexity {}  BWT {} and forgetting {} nats/token on log-perplexity (positive = forgetting); no accuracies: a window has no class",
-        m.mean_ppl.map_or("–".into(), |v| format!("{v:.2}")),
-        signed(m.bwt_log_ppl),
-        signed(m.forgetting_log_ppl),
-    );
-    s
 }
 
 /// The accuracy matrix and metrics of a classification run (see [`run_table`]).
@@ -110,18 +116,7 @@ fn accuracy_table(r: &Report) -> String {
         }
         s.push('\n');
     }
-    for (i, row) in r.accuracy_matrix.iter().enumerate() {
-        let label = if r.joint {
-            "joint".to_string()
-        } else {
-            format!("after T{i}")
-        };
-        let _ = write!(s, "{label:>10}");
-        for c in row {
-            let _ = write!(s, " {}", pct(*c));
-        }
-        s.push('\n');
-    }
+    matrix_rows(&mut s, r.joint, &r.accuracy_matrix, pct);
     let m = &r.metrics;
     let _ = writeln!(
         s,

@@ -397,6 +397,7 @@ mod tests {
     /// gradient (equal at any `B` once the effective weight is the same).
     #[test]
     fn adapter_gradients_follow_the_chain_rule_and_the_base_gets_none() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let (m, b) = setup();
         let s = lora("rank = 2\nalpha = 6.0\ntargets = [\"0.linear\", \"1.linear\"]");
         let adapted = s.adapt(m.clone()).unwrap();
@@ -504,6 +505,7 @@ mod merge_tests {
     /// `merge = "task"` leaves fresh adapters (`B = 0`) that change nothing.
     #[test]
     fn merged_outputs_equal_adapted_outputs() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let (m, b) = setup();
         let mut s =
             lora("rank = 4\nalpha = 8.0\ntargets = [\"0.linear\", \"1.linear\"]\nmerge = \"task\"");
@@ -545,6 +547,7 @@ mod merge_tests {
     /// adapters and the head equal the plain step's.
     #[test]
     fn checkpointed_lora_gradients_equal_plain_ones() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let (m, b) = setup();
         let adapted = lora("targets = [\"linear\"]").adapt(m).unwrap();
         let req = || StepRequest {
@@ -586,6 +589,7 @@ mod merge_tests {
     /// A target that names no layer is a typed error listing the layers the model has.
     #[test]
     fn targets_that_name_nothing_list_the_layers() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let (m, _) = setup();
         let e = lora("targets = [\"query\"]")
             .adapt(m)
@@ -600,6 +604,7 @@ mod merge_tests {
     /// Bad keys are positioned errors at the key.
     #[test]
     fn bad_keys_are_refused_at_their_line() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         for (text, key) in [
             ("rank = 0", "rank must be at least 1"),
             ("alpha = -1.0", "alpha must be a positive number"),

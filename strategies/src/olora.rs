@@ -171,6 +171,11 @@ impl ForgettingStrategy for OLora {
         Ok(model)
     }
 
+    fn lm_refusal(&self) -> Option<engram_core::strategy::LmRefusal> {
+        // A loss on the adapters' factors only: next-token training takes it as it is.
+        None
+    }
+
     fn divergence_hint(&self) -> Option<String> {
         Some(
             "lower o-lora's lambda_orth (the orthogonality loss grows with the adapters' scale)"
@@ -277,6 +282,7 @@ mod tests {
     /// equal to the hand-computed value; its gradient reaches the current A only.
     #[test]
     fn penalty_is_the_papers_orthogonality_and_l2_terms() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let (m, _) = setup();
         let mut l = lora("rank = 2\ntargets = [\"0.linear\", \"1.linear\"]\nmerge = \"task\"");
         let m = l.adapt(m).unwrap();
@@ -340,6 +346,7 @@ mod tests {
     /// refused with a typed error that says what to configure.
     #[test]
     fn o_lora_needs_lora_with_merge_task() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let (plain, _) = setup();
         let stream = crate::test_util::toy_stream();
         let device = Device::flex().autodiff();
