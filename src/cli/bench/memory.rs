@@ -132,6 +132,32 @@ pub fn memory(a: &MemoryArgs) -> Result<()> {
         opt.steps,
         opt.warmup
     );
+    print_rows(&report, &opt);
+    if let Some(path) = &a.json {
+        let v = serde_json::json!({
+            "model": r.model.describe(),
+            "batch": r.batch,
+            "device": a.device,
+            "dtype": a.dtype,
+            "steps": opt.steps,
+            "warmup": opt.warmup,
+            "optimizer": opt.optimizer.map(|o| o.name()),
+            "lora_rank": a.lora_rank,
+            "every": report.every,
+            "blocks": report.blocks,
+            "params": report.params,
+            "rows": report.rows,
+            "claims": engram::bench::memory::CLAIMS.iter().map(|(n, p, t)| serde_json::json!({"row": n, "peak_ratio": p, "time_ratio": t})).collect::<Vec<_>>(),
+        });
+        let bytes = serde_json::to_vec_pretty(&v).map_err(|e| Error::Other(e.to_string()))?;
+        engram::core::fsutil::write_atomic(path, &bytes)?;
+    }
+    Ok(())
+}
+
+/// Prints `report`'s rows (with the optimiser's columns when `opt.optimizer` is set) beside the
+/// write-up's claims, and LoRA + checkpointing's training footprint against full fine-tuning.
+fn print_rows(report: &engram::bench::MemoryReport, opt: &MemoryOptions) {
     let with_optim = opt.optimizer.is_some();
     if let Some(o) = opt.optimizer {
         println!(
@@ -192,24 +218,4 @@ pub fn memory(a: &MemoryArgs) -> Result<()> {
             l.training_peak_bytes as f64 / full
         );
     }
-    if let Some(path) = &a.json {
-        let v = serde_json::json!({
-            "model": r.model.describe(),
-            "batch": r.batch,
-            "device": a.device,
-            "dtype": a.dtype,
-            "steps": opt.steps,
-            "warmup": opt.warmup,
-            "optimizer": opt.optimizer.map(|o| o.name()),
-            "lora_rank": a.lora_rank,
-            "every": report.every,
-            "blocks": report.blocks,
-            "params": report.params,
-            "rows": report.rows,
-            "claims": engram::bench::memory::CLAIMS.iter().map(|(n, p, t)| serde_json::json!({"row": n, "peak_ratio": p, "time_ratio": t})).collect::<Vec<_>>(),
-        });
-        let bytes = serde_json::to_vec_pretty(&v).map_err(|e| Error::Other(e.to_string()))?;
-        engram::core::fsutil::write_atomic(path, &bytes)?;
-    }
-    Ok(())
 }
