@@ -165,7 +165,13 @@ pub fn checkpointed_step(
             &replay_ctx,
             req.rng_seed,
         );
-        let grads = y.dot(g).backward();
+        let dot = y.dot(g);
+        if s == 0 && !dot.is_tracked() {
+            // The first segment holds nothing that trains and reads data that carries no
+            // gradient (token ids into a frozen embedding under `lora`): nothing to collect.
+            continue;
+        }
+        let grads = dot.backward();
         if s > 0 {
             upstream = xin.grad(&grads);
         }

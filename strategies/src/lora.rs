@@ -145,44 +145,76 @@ impl Lora {
     /// when the strategy came from a config, [`Error::Strategy`] otherwise.
     pub fn adapt(&self, model: Model) -> Result<Model> {
         let p = &self.params;
-        let err = |message: String| match &self.src {
+        let params = model.params();
+        // The names a target can use: the last part of each rank-2 parameter's module path.
+        let mut layers: Vec<&str> = params
+            .iter()
+            .filter(|i| i.shape.len() == 2)
+            .filter_map(|i| i.path.rsplit_once('.')?.0.rsplit('.').next())
+            .collect();
+        layers.sort_unstable();
+        layers.dedup();
+        let err = |key: &str, message: String| {
+            match &self.src {
             Some(src) => src.key_error(
-                "targets",
+                key,
                 message,
-                Some(
-                    "name layers the model has, for example targets = [\"query\", \"value\"]"
-                        .into(),
-                ),
+                Some(format!(
+                    "name layers this model has (a module path or its last part, without `.weight`), for example {key} = [\"{}\"]",
+                    layers.first().copied().unwrap_or("linear")
+                )),
             ),
             None => Error::Strategy {
                 strategy: LoraParams::NAME.into(),
                 message,
             },
+        }
         };
-        let params = model.params();
         if params.iter().any(|i| i.path.contains(".lora.")) {
             return Err(err(
+                "targets",
                 "the model already carries LoRA adapters (adapters on adapters are not supported)"
                     .into(),
             ));
+        }
+        // Every name must name something: a misspelt one would silently leave its layers out.
+        for (key, names, rank2) in [("targets", &p.targets, true), ("train", &p.train, false)] {
+            let unmatched: Vec<&String> = names
+                .iter()
+                .filter(|t| {
+                    !params
+                        .iter()
+                        .any(|i| (!rank2 || i.shape.len() == 2) && module_matches(&i.path, t))
+                })
+                .collect();
+            if !unmatched.is_empty() {
+                return Err(err(
+                    key,
+                    format!(
+                        "{key} {unmatched:?} name no {}parameter of this model; its layers with rank-2 weights are named {}",
+                        if rank2 { "rank-2 " } else { "" },
+                        layers.join(", ")
+                    ),
+                ));
+            }
         }
         let targeted: Vec<_> = params
             .iter()
             .filter(|i| i.shape.len() == 2 && p.targets.iter().any(|t| module_matches(&i.path, t)))
             .collect();
-        if targeted.is_empty() {
-            let mut layers: Vec<&str> = params
-                .iter()
-                .filter(|i| i.shape.len() == 2)
-                .filter_map(|i| i.path.rsplit_once('.')?.0.rsplit('.').next())
-                .collect();
-            layers.sort_unstable();
-            layers.dedup();
-            return Err(err(format!(
-                "targets {:?} name no rank-2 parameter of this model; its layers with rank-2 weights are named {}",
-                p.targets,
-                layers.join(", ")
-            )));
+        // A rank above min(d_in, d_out) is no low-rank update (and a huge one cannot be allocated).
+        if let Some(i) = targeted
+            .iter()
+            .find(|i| p.rank > i.shape[0].min(i.shape[1]))
+        {
+            let message = format!(
+                "rank {} is above {}'s smaller side ({:?}): a low-rank adapter needs rank ≤ min(d_in, d_out)",
+                p.rank, i.path, i.shape
+            );
+            return Err(match &self.src {
+                Some(src) => src.key_error("rank", message, Some("rank = 8".into())),
+                None => err("rank", message),
+            });
         }
         // The blocks whose parameters stay trainable: the head blocks, by kind.
         let head_blocks: Vec<String> = model
@@ -291,6 +323,13 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
             "targets",
             "targets must name at least one layer, and no name may be empty".into(),
             Some("targets = [\"query\", \"value\"]".into()),
+        ));
+    }
+    if !(p.dropout.is_finite() && (0.0..1.0).contains(&p.dropout)) {
+        return Err(src.key_error(
+            "dropout",
+            format!("dropout must be in [0, 1), not {}", p.dropout),
+            Some("remove dropout (LoRA without dropout is Hu et al.'s own setting)".into()),
         ));
     }
     if p.dropout != 0.0 {
@@ -549,7 +588,7 @@ mod merge_tests {
     fn checkpointed_lora_gradients_equal_plain_ones() {
         let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let (m, b) = setup();
-        let adapted = lora("targets = [\"linear\"]").adapt(m).unwrap();
+        let adapted = lora("rank = 2\ntargets = [\"linear\"]").adapt(m).unwrap();
         let req = || StepRequest {
             model: &adapted,
             batch: b.clone(),

@@ -191,3 +191,57 @@ fn o_lora_runs_with_merged_adapters_and_refuses_without() {
         "{out}"
     );
 }
+
+/// `lora` composes with the other memory strategies in a real run: segment checkpointing (its
+/// first segment, the frozen embedding reading token ids, has nothing to backpropagate) gives
+/// the plain LoRA run's accuracy matrix, and `accumulate` and `amp` finish.
+#[test]
+fn lora_composes_with_checkpoint_accumulate_and_amp() {
+    let d = tempfile::tempdir().unwrap();
+    let lora = "[[memory]]\ntype = \"lora\"\nrank = 2\n";
+    let mut matrices = Vec::new();
+    for (i, extra) in [
+        "",
+        "[[memory]]\ntype = \"checkpoint\"\ninterval = 1\n",
+        "[[memory]]\ntype = \"accumulate\"\nsteps = 2\n",
+        "[[memory]]\ntype = \"amp\"\ndtype = \"bf16\"\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dir = d.path().join(i.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = config(&dir, &format!("{lora}{extra}"));
+        let (code, out) = run_quiet(&cfg, &dir.join("out"), &[], &[]);
+        assert_eq!(code, 0, "{extra}: {out}");
+        matrices.push(report(&dir.join("out"))["accuracy_matrix"].clone());
+    }
+    assert_eq!(matrices[1], matrices[0], "checkpointed = plain");
+}
+
+/// Each name must match: a misspelt second target or a `train` name that matches nothing is
+/// refused at its line (it would silently leave its layers out), and so is a rank above a
+/// targeted weight's smaller side.
+#[test]
+fn every_lora_name_must_match_and_rank_fit() {
+    let d = tempfile::tempdir().unwrap();
+    for (memory, want) in [
+        (
+            "targets = [\"query\", \"vaule\"]",
+            "[\"vaule\"] name no rank-2 parameter",
+        ),
+        ("train = [\"nope\"]", "train [\"nope\"] name no parameter"),
+        ("rank = 100000", "rank 100000 is above"),
+    ] {
+        let cfg = config(
+            d.path(),
+            &format!("[[memory]]\ntype = \"lora\"\n{memory}\n"),
+        );
+        let (code, out) = run_quiet(&cfg, &d.path().join("out"), &[], &[]);
+        assert_eq!(code, 2, "{memory}: {out}");
+        assert!(
+            out.contains(want) && out.contains(".toml:"),
+            "{memory}: {out}"
+        );
+    }
+}

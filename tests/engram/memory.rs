@@ -526,7 +526,7 @@ fn peak_windows_nest_and_close_apart() {
 /// error (exit 2) that says what is wrong, before anything is built.
 #[test]
 fn bench_vocabulary_refuses_bad_combinations() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 10] = [
         (
             &["memory", "--model", "mlp", "--preset", "base"],
             "--preset is BERT's (--model bert); --model mlp is sized by --depth and --width",
@@ -560,6 +560,10 @@ fn bench_vocabulary_refuses_bad_combinations() {
         (
             &["memory", "--model", "bert", "--rows", "standard,qlora"],
             "unknown row `qlora` in --rows",
+        ),
+        (
+            &["memory", "--model", "mlp", "--rows", "lora"],
+            "the row `lora` adapts attention's query and value projections: it needs --model bert",
         ),
         (
             &[

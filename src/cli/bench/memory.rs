@@ -61,6 +61,11 @@ fn rows(spec: Option<&str>, model: &BenchModel) -> Result<Vec<String>> {
     spec.split(',')
         .map(|r| match r.trim() {
             "both" => Ok("checkpoint+amp".to_string()),
+            r if LORA_ROWS.contains(&r) && !matches!(model, BenchModel::Bert { .. }) => {
+                Err(Error::Usage(format!(
+                    "bench memory: the row `{r}` adapts attention's query and value projections: it needs --model bert"
+                )))
+            }
             r if STEP_ROWS.contains(&r) || LORA_ROWS.contains(&r) || r == FORWARD_ROWS => {
                 Ok(r.to_string())
             }
