@@ -213,7 +213,7 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
 engram_core::component!(memory "checkpoint", "hybrid (segment) gradient checkpointing: keep segment inputs, recompute in backward", CheckpointParams, build);
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use engram_core::burn::tensor::{Device, Int, TensorData};
     use engram_core::data::stream::{Batch, SampleRef};
@@ -224,7 +224,8 @@ mod tests {
     /// gradient reaches the first segments' parameters through the last backward only.
     const CE: crate::test_util::CeL2 = crate::test_util::CeL2(1e-3);
 
-    fn setup(dropout: f64, blocks: usize) -> (Model, Batch) {
+    /// A 12-16-…-4 GELU MLP of `blocks` blocks with `dropout`, and a batch of 8 rows.
+    pub(crate) fn setup(dropout: f64, blocks: usize) -> (Model, Batch) {
         let d = Device::flex().autodiff();
         let mut r = engram_core::rng::stream(5, "init", 0, 0);
         let hidden = vec![16; blocks - 1];

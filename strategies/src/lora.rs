@@ -350,34 +350,14 @@ engram_core::component!(memory "lora", "LoRA: freeze the base, train low-rank ad
 pub(crate) mod tests_support {
     use super::*;
     use engram_core::burn::optim::GradientsParams;
-    use engram_core::burn::tensor::{Device, Int, Tensor, TensorData};
-    use engram_core::data::stream::{Batch, SampleRef};
-    use engram_core::model::mlp::{ActivationKind, build_mlp};
+    use engram_core::data::stream::Batch;
 
     pub(crate) const CE: crate::test_util::CeL2 = crate::test_util::CeL2(0.0);
 
     /// A 12-16-16-4 MLP (`blocks.0.linear`, `blocks.1.linear`, head `blocks.2.linear`) and a
-    /// batch of 8 rows.
+    /// batch of 8 rows: the checkpoint tests' setup without dropout.
     pub(crate) fn setup() -> (Model, Batch) {
-        let d = Device::flex().autodiff();
-        let mut r = engram_core::rng::stream(3, "init", 0, 0);
-        let m = build_mlp(12, &[16, 16], 4, ActivationKind::Gelu, 0.0, &mut r, &d);
-        let x: Vec<f32> = (0..8 * 12)
-            .map(|i| ((i * 37 % 19) as f32 - 9.0) / 5.0)
-            .collect();
-        let y: Vec<i64> = (0..8).map(|i| i % 4).collect();
-        let b = Batch {
-            x: engram_core::data::input::Input::Float(Tensor::from_data(
-                TensorData::new(x, [8, 12]),
-                &d,
-            )),
-            y: Tensor::<1, Int>::from_data(TensorData::new(y, [8]), &d),
-            weights: None,
-            logit_mask: None,
-            refs: (0..8).map(|i| SampleRef { task: 0, index: i }).collect(),
-            new_samples: 8,
-        };
-        (m, b)
+        crate::checkpoint::tests::setup(0.0, 3)
     }
 
     pub(crate) fn lora(toml: &str) -> Lora {
