@@ -35,12 +35,17 @@ pub fn eval(_cli: &super::Cli, registry: &Registry, args: &EvalArgs) -> Result<(
     if p.cfg.config.train.lm_window().is_some() {
         return eval_lm(&p, &valid, &progress, args.json);
     }
+    // The restored forgetting strategies answer where they infer tasks (per-task adapters).
+    let ev = trainer::Evaluator {
+        model: &valid,
+        strategies: &p.forgetting,
+    };
     let acc: Vec<f64> = (0..p.stream.len())
-        .map(|t| trainer::evaluate_task(&valid, &p.stream, t, seen, batch, &p.device))
+        .map(|t| trainer::evaluate_task(ev, &p.stream, t, seen, batch, &p.device))
         .collect();
     let matrix = args
         .confusion
-        .then(|| trainer::confusion_matrix(&valid, &p.stream, seen, batch, &p.device));
+        .then(|| trainer::confusion_matrix(ev, &p.stream, seen, batch, &p.device));
     let names = &p.stream.dataset.class_names;
     if args.json {
         let mut v = serde_json::json!({

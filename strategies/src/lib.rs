@@ -30,6 +30,7 @@ pub mod olora;
 pub mod replay;
 pub mod reservoir;
 pub mod schedules;
+pub mod task_lora;
 /// The plain step, engram-core's (re-exported where it used to live).
 pub use engram_core::strategy::standard;
 
@@ -45,6 +46,7 @@ pub const BUILTINS: &[Registration] = &[
     agem::REGISTRATION,
     lwf::REGISTRATION,
     olora::REGISTRATION,
+    task_lora::REGISTRATION,
     gdumb::REGISTRATION,
     ema::REGISTRATION,
     checkpoint::REGISTRATION,

@@ -165,6 +165,33 @@ impl Activation {
         (mine * up(upstream)).sum()
     }
 
+    /// Rows `rows` of the batch, in that order (indices into the first dimension, each below
+    /// [`Activation::batch_size`]): the sub-batch a per-input choice of model answers (the
+    /// evaluation of per-task adapters routes each input to one task's adapter).
+    ///
+    /// # Panics
+    /// When an index is out of range (Burn's `select`): a bug in the caller.
+    pub fn select_rows(self, rows: &[usize]) -> Self {
+        let device = self.device();
+        let idx = Tensor::<1, Int>::from_data(
+            burn::tensor::TensorData::new(
+                rows.iter().map(|&r| r as i64).collect::<Vec<_>>(),
+                [rows.len()],
+            ),
+            &device,
+        );
+        match self {
+            Activation::Flat(t) => Activation::Flat(t.select(0, idx)),
+            Activation::Seq(t) => Activation::Seq(t.select(0, idx)),
+            Activation::Image(t) => Activation::Image(t.select(0, idx)),
+            Activation::Tokens { hidden, mask } => Activation::Tokens {
+                hidden: hidden.select(0, idx.clone()),
+                mask: mask.select(0, idx),
+            },
+            Activation::Ids(t) => Activation::Ids(t.select(0, idx)),
+        }
+    }
+
     /// The same activation marked as requiring a gradient (for segment recomputation).
     pub fn require_grad(self) -> Self {
         match self {

@@ -283,6 +283,27 @@ impl Model {
         v.out
     }
 
+    /// The parameters that require gradients (the ones an optimiser updates: all of them
+    /// unless a strategy froze some, [`Model::trainable_numel`]), each value flattened to
+    /// `[numel]` and untracked, in module order. Per-task adapters keep a task's expert this way.
+    pub fn trainable_values(&self) -> Vec<(ParamInfo, Tensor<1>)> {
+        struct Ids(std::collections::HashSet<ParamId>);
+        impl ModuleVisitor for Ids {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                if param.is_require_grad() {
+                    self.0.insert(param.id);
+                }
+            }
+        }
+        let mut ids = Ids(Default::default());
+        self.visit(&mut ids);
+        self.param_values()
+            .into_iter()
+            .filter(|(i, _)| ids.0.contains(&i.id))
+            .map(|(i, t)| (i, t.inner()))
+            .collect()
+    }
+
     /// The gradient of every parameter present in `grads`, flattened to `[numel]`.
     pub fn flat_grads(&self, grads: &GradientsParams) -> Vec<(ParamInfo, Tensor<1>)> {
         let mut v = GradVisitor {

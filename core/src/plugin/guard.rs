@@ -120,6 +120,16 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
             self.inner.rebuild_model(model, device)
         })?
     }
+    fn infer(
+        &self,
+        model: &Model,
+        input: crate::model::Activation,
+        task: Option<usize>,
+    ) -> Option<crate::strategy::Inference> {
+        guard_or_fault(&self.lib, &self.name, "infer", || {
+            self.inner.infer(model, input, task)
+        })
+    }
     fn task_end_weights(&mut self, model: Model, task: &TaskInfo) -> crate::Result<Model> {
         guard(&self.lib, &self.name, "task_end_weights", || {
             self.inner.task_end_weights(model, task)

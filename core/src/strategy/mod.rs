@@ -27,7 +27,7 @@ pub const BUILTINS: &[crate::component::Registration] = &[standard::REGISTRATION
 
 use crate::data::stream::{Batch, Part, SampleRef, Stream};
 use crate::error::Result;
-use crate::model::Model;
+use crate::model::{Activation, Model};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
@@ -202,6 +202,17 @@ pub struct StepContext<'a> {
     pub grads: Option<&'a [(crate::model::ParamInfo, Tensor<1>)]>,
 }
 
+/// A strategy's answer to an evaluation batch ([`ForgettingStrategy::infer`]).
+#[derive(Clone, Debug)]
+pub struct Inference {
+    /// Logits `[batch, classes]`, as `Model::forward` gives them (a strategy masks the classes
+    /// of the experts it did not pick with a large negative value, not `-inf`).
+    pub logits: Tensor<2>,
+    /// The task each input was answered as (the expert picked), `[batch]` task indices; with a
+    /// granted task identity every entry is that task.
+    pub tasks: Vec<usize>,
+}
+
 /// Why a forgetting strategy cannot train a language model ([`ForgettingStrategy::lm_refusal`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LmRefusal {
@@ -281,6 +292,20 @@ pub trait ForgettingStrategy: Send {
     /// When the state cannot describe a model (a typed [`crate::Error::Strategy`]).
     fn rebuild_model(&self, model: Model, _device: &Device) -> Result<Model> {
         Ok(model)
+    }
+
+    /// Answers an evaluation batch in place of `model.forward`: a strategy that keeps several
+    /// task experts (per-task adapters) picks one for each input here. `input` is the batch's
+    /// input `[batch, …]`, `model` the inference copy (no autodiff graph); `task` is the task
+    /// identity the evaluation grants — `Some(t)` in a task-incremental evaluation and for the
+    /// task-IL view of a class-incremental one (the strategy then answers with task `t`'s
+    /// expert), `None` where the strategy must infer it. Returns `None` to leave the batch to
+    /// `model.forward` (the default, and a strategy with nothing kept yet). The first
+    /// forgetting strategy (in config order) that answers is used; the trainer scores
+    /// [`Inference::tasks`] against the rows' own tasks (the report's task-identification
+    /// matrix).
+    fn infer(&self, _model: &Model, _input: Activation, _task: Option<usize>) -> Option<Inference> {
+        None
     }
 
     /// The weights task `task` ends with: called on every forgetting strategy, in config

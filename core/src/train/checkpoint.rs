@@ -174,6 +174,11 @@ pub struct Results {
     pub baseline: Vec<f64>,
     /// The same in the task-IL view (class-incremental streams only).
     pub task_il_baseline: Vec<f64>,
+    /// Rows of the task-identification matrix so far: cell `[i][j]` the fraction of task `j`'s
+    /// evaluation rows that a strategy inferring the task ([`crate::strategy::ForgettingStrategy::infer`])
+    /// answered as task `j` after training task `i`. Empty when no strategy infers tasks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub task_id_matrix: Matrix,
     /// Rows of the perplexity matrix so far (`[train] objective = "lm"`; empty otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub perplexity_matrix: Matrix,

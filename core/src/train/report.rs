@@ -329,6 +329,14 @@ pub struct Report {
     /// task-IL accuracies); absent with it, and for a failed run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_il_metrics: Option<Metrics>,
+    /// How often a strategy that infers each input's task (per-task adapters' prototype
+    /// routing, [`crate::strategy::ForgettingStrategy::infer`]) picked the right one,
+    /// `[tasks trained][tasks]`: cell `[i][j]` is the fraction of task `j`'s evaluation samples
+    /// it answered as task `j` after training task `i` (`null` where nothing was inferred: no
+    /// task kept yet, or a cell not evaluated). Class-IL accuracy is at most this times the
+    /// task-IL view's (Kim et al. 2022). Absent when no strategy infers tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id_matrix: Option<Matrix>,
     /// Why `metrics.retention` should not be read as a share kept, when it should not: the old
     /// tasks that scored no better than chance right after training on them (their `at-chance`
     /// events), against whose low diagonals the ratio is taken, so it can read above 1

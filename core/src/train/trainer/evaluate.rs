@@ -3,14 +3,55 @@
 //! matrix, and the check that a task just trained is above chance.
 
 use super::*;
+use crate::model::Activation;
+use crate::strategy::ForgettingStrategy;
+
+/// What answers an evaluation: the inference copy of the model, and the forgetting strategies
+/// that may answer a batch in its place ([`ForgettingStrategy::infer`]: per-task adapters pick
+/// a task's adapter for each input). A bare `&Model` converts to one without strategies.
+#[derive(Clone, Copy)]
+pub struct Evaluator<'a> {
+    /// The model (the inference copy: no autodiff graph).
+    pub model: &'a Model,
+    /// The run's forgetting strategies, in config order; the first that answers is used.
+    pub strategies: &'a [Box<dyn ForgettingStrategy>],
+}
+
+impl<'a> From<&'a Model> for Evaluator<'a> {
+    fn from(model: &'a Model) -> Self {
+        Self {
+            model,
+            strategies: &[],
+        }
+    }
+}
+
+impl Evaluator<'_> {
+    /// Logits `[batch, classes]` of `input`, and the task each row was answered as when a
+    /// strategy answered (`None`: `model.forward` did). `granted` is the task identity the
+    /// evaluation gives the strategies.
+    fn answer(
+        &self,
+        input: Activation,
+        granted: Option<usize>,
+        ctx: &ForwardCtx,
+    ) -> (Tensor<2>, Option<Vec<usize>>) {
+        for s in self.strategies {
+            if let Some(a) = s.infer(self.model, input.clone(), granted) {
+                return (a.logits, Some(a.tasks));
+            }
+        }
+        (self.model.forward(input, ctx), None)
+    }
+}
 
 /// Accuracy of `model` on task `t`'s evaluation rows, without an autodiff graph.
 ///
 /// `seen` is the last trained task (for unseen-class masks). Returns the fraction correct
 /// (0 for a task without evaluation rows). The class-incremental cell of
 /// [`score_task`].
-pub fn evaluate_task(
-    model: &Model,
+pub fn evaluate_task<'a>(
+    model: impl Into<Evaluator<'a>>,
     stream: &Stream,
     t: usize,
     seen: usize,
@@ -21,7 +62,7 @@ pub fn evaluate_task(
 }
 
 /// One accuracy-matrix cell in both views, from one forward pass over task `t`'s evaluation
-/// rows.
+/// rows (two when a strategy infers each row's task: the task-IL view then grants it).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TaskScore {
     /// Fraction correct as the scenario scores it: the argmax over every class the masks allow
@@ -30,19 +71,27 @@ pub struct TaskScore {
     /// Fraction correct with the logits restricted to task `t`'s own classes (the task-IL view
     /// of a class-incremental run, as Mammoth reports it next to the class-IL one). For
     /// task-incremental streams it equals `class_il`; for domain-incremental ones, where every
-    /// task has every class, too.
+    /// task has every class, too. Where a strategy infers each row's task
+    /// ([`ForgettingStrategy::infer`]), this view is scored with task `t`'s identity granted
+    /// to it.
     pub task_il: f64,
+    /// Fraction of the rows a strategy answered as task `t` when it had to infer the task
+    /// (task-identity prediction, Kim et al. 2022, "A Theoretical Study on Solving Continual
+    /// Learning", where class-IL accuracy factors into within-task and task-id prediction);
+    /// `None` when no strategy inferred it (none answers, or the scenario grants the identity).
+    pub task_id: Option<f64>,
 }
 
 /// [`TaskScore`] of `model` on task `t` (see [`evaluate_task`] for `seen`).
-pub fn score_task(
-    model: &Model,
+pub fn score_task<'a>(
+    model: impl Into<Evaluator<'a>>,
     stream: &Stream,
     t: usize,
     seen: usize,
     batch: usize,
     device: &Device,
 ) -> TaskScore {
+    let ev = model.into();
     // The task-IL view: the task's own classes, less those the scenario masks (not seen yet
     // under `mask_logits`). The mask adds a finite −1e9, which would leave the masked classes
     // tied and the first of them "predicted" when all of the task's classes are masked.
@@ -53,16 +102,49 @@ pub fn score_task(
         .copied()
         .filter(|c| allowed.as_ref().is_none_or(|a| a.contains(c)))
         .collect();
+    let granted = (stream.scenario == Scenario::TaskIncremental).then_some(t);
     let (mut n, mut class_il, mut task_il) = (0usize, 0usize, 0usize);
-    forward_task(model, stream, t, seen, batch, device, |y, logits| {
-        n += 1;
-        class_il += usize::from(argmax(logits, |_| true) == Some(y));
-        task_il += usize::from(argmax(logits, |c| own.contains(&c)) == Some(y));
-    });
+    let (mut routed, mut right) = (0usize, 0usize);
+    forward_task(
+        ev,
+        stream,
+        t,
+        seen,
+        batch,
+        device,
+        granted,
+        |y, logits, task| {
+            n += 1;
+            class_il += usize::from(argmax(logits, |_| true) == Some(y));
+            task_il += usize::from(argmax(logits, |c| own.contains(&c)) == Some(y));
+            if let Some(k) = task {
+                routed += 1;
+                right += usize::from(k == t);
+            }
+        },
+    );
     let frac = |k: usize| k as f64 / n.max(1) as f64;
+    let inferred = granted.is_none() && routed > 0;
+    if inferred {
+        // The task-IL view grants the identity: the strategy answers with task t's expert.
+        task_il = 0;
+        forward_task(
+            ev,
+            stream,
+            t,
+            seen,
+            batch,
+            device,
+            Some(t),
+            |y, logits, _| {
+                task_il += usize::from(argmax(logits, |c| own.contains(&c)) == Some(y));
+            },
+        );
+    }
     TaskScore {
         class_il: frac(class_il),
         task_il: frac(task_il),
+        task_id: inferred.then(|| frac(right)),
     }
 }
 
@@ -82,8 +164,8 @@ fn argmax(logits: &[f32], allowed: impl Fn(usize) -> bool) -> Option<usize> {
 
 /// `(true class, predicted class)` for each of task `t`'s evaluation rows, in row order, as
 /// [`evaluate_task`] scores them (same masks, no autodiff graph).
-pub fn predict_task(
-    model: &Model,
+pub fn predict_task<'a>(
+    model: impl Into<Evaluator<'a>>,
     stream: &Stream,
     t: usize,
     seen: usize,
@@ -91,23 +173,35 @@ pub fn predict_task(
     device: &Device,
 ) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
-    forward_task(model, stream, t, seen, batch, device, |y, logits| {
-        out.push((y, argmax(logits, |_| true).unwrap_or(usize::MAX)));
-    });
+    let granted = (stream.scenario == Scenario::TaskIncremental).then_some(t);
+    forward_task(
+        model.into(),
+        stream,
+        t,
+        seen,
+        batch,
+        device,
+        granted,
+        |y, logits, _| {
+            out.push((y, argmax(logits, |_| true).unwrap_or(usize::MAX)));
+        },
+    );
     out
 }
 
-/// Runs `model` over task `t`'s evaluation rows in chunks of `batch` (the scenario's task id
-/// and unseen-class mask applied) and calls `row(true class, logits [classes])` for each row
-/// in order.
+/// Runs the evaluator over task `t`'s evaluation rows in chunks of `batch` (the scenario's task
+/// id and unseen-class mask applied; `granted` the task identity the strategies get) and calls
+/// `row(true class, logits [classes], task answered as)` for each row in order.
+#[allow(clippy::too_many_arguments)]
 fn forward_task(
-    model: &Model,
+    ev: Evaluator<'_>,
     stream: &Stream,
     t: usize,
     seen: usize,
     batch: usize,
     device: &Device,
-    mut row: impl FnMut(usize, &[f32]),
+    granted: Option<usize>,
+    mut row: impl FnMut(usize, &[f32], Option<usize>),
 ) {
     let (rows, part) = stream.eval_rows(t);
     let ctx = ForwardCtx::evaluation((stream.scenario == Scenario::TaskIncremental).then_some(t));
@@ -120,7 +214,7 @@ fn forward_task(
         .collect();
     for chunk in refs.chunks(batch.max(1)) {
         let b = stream.batch(chunk, part, seen, device);
-        let mut logits = model.forward(b.input(), &ctx);
+        let (mut logits, tasks) = ev.answer(b.input(), granted, &ctx);
         if let Some(m) = &b.logit_mask {
             logits = logits + m.clone();
         }
@@ -133,7 +227,11 @@ fn forward_task(
         let y = b.labels();
         for (i, &label) in y.iter().enumerate().take(n) {
             if let Some(l) = values.get(i * classes..(i + 1) * classes) {
-                row(label as usize, l);
+                row(
+                    label as usize,
+                    l,
+                    tasks.as_ref().and_then(|k| k.get(i).copied()),
+                );
             }
         }
     }
@@ -142,17 +240,18 @@ fn forward_task(
 /// The confusion matrix `[classes][classes]` (row: true class, column: predicted class, in
 /// samples) of `model` over the evaluation rows of every task of `stream`, scored as
 /// [`evaluate_task`] does with `seen` the last trained task.
-pub fn confusion_matrix(
-    model: &Model,
+pub fn confusion_matrix<'a>(
+    model: impl Into<Evaluator<'a>>,
     stream: &Stream,
     seen: usize,
     batch: usize,
     device: &Device,
 ) -> Vec<Vec<u64>> {
+    let ev = model.into();
     let c = stream.num_classes;
     let mut m = vec![vec![0u64; c]; c];
     for t in 0..stream.len() {
-        for (y, p) in predict_task(model, stream, t, seen, batch, device) {
+        for (y, p) in predict_task(ev, stream, t, seen, batch, device) {
             if y < c && p < c {
                 m[y][p] += 1;
             }
@@ -224,11 +323,15 @@ impl state::RunState<'_> {
         let te = Instant::now();
         let valid = self.model.valid();
         let (stream, eval_bs) = (&self.p.stream, self.c.train.eval_batch_size);
+        let ev = Evaluator {
+            model: &valid,
+            strategies: &self.p.forgetting,
+        };
         let pr = &mut *self.pr;
         let scores: Vec<TaskScore> = (0..stream.len())
             .map(|j| {
                 pr.record.eval_samples += stream.eval_rows(j).0.len();
-                score_task(&valid, stream, j, 0, eval_bs, &self.inner)
+                score_task(ev, stream, j, 0, eval_bs, &self.inner)
             })
             .collect();
         pr.results.baseline = scores.iter().map(|s| s.class_il).collect();
@@ -259,12 +362,16 @@ impl state::RunState<'_> {
         let (stream, joint) = (&self.p.stream, self.c.train.joint);
         let eval_bs = self.c.train.eval_batch_size;
         let valid = self.model.valid();
+        let ev = Evaluator {
+            model: &valid,
+            strategies: &self.p.forgetting,
+        };
         let mut eval_samples = 0;
         let scores: Vec<Option<TaskScore>> = (0..stream.len())
             .map(|j| {
                 (joint || all || j == round).then(|| {
                     eval_samples += stream.eval_rows(j).0.len();
-                    score_task(&valid, stream, j, round, eval_bs, &self.inner)
+                    score_task(ev, stream, j, round, eval_bs, &self.inner)
                 })
             })
             .collect();
@@ -275,6 +382,15 @@ impl state::RunState<'_> {
         if class_il {
             let task_il = scores.iter().map(|s| s.map(|s| s.task_il)).collect();
             pr.results.task_il_matrix.push(task_il);
+        }
+        let task_id: Vec<Option<f64>> = scores.iter().map(|s| s.and_then(|s| s.task_id)).collect();
+        if task_id.iter().any(Option::is_some) || !pr.results.task_id_matrix.is_empty() {
+            // Rows before the first inferred one (a strategy that keeps nothing until a task
+            // ends answers nothing before) are padded with empty cells.
+            while pr.results.task_id_matrix.len() < pr.results.matrix.len() {
+                pr.results.task_id_matrix.push(vec![None; stream.len()]);
+            }
+            pr.results.task_id_matrix.push(task_id);
         }
         pr.record.eval_samples += eval_samples;
         meter.finish(&self.inner, &mut pr.record.memory.eval);

@@ -165,6 +165,8 @@ pub(super) fn build_report(
         task_il_accuracy_matrix: class_il.then(|| pr.results.task_il_matrix.clone()),
         task_il_metrics: class_il
             .then(|| metrics::compute(&pr.results.task_il_matrix, &pr.results.task_il_baseline)),
+        task_id_matrix: (!pr.results.task_id_matrix.is_empty())
+            .then(|| pr.results.task_id_matrix.clone()),
         retention_note: retention_note(pr, m_retention),
         language_model: lm_report(&p.cfg, &pr.results),
         metric_cells: crate::train::report::metric_cells(&pr.results.matrix),

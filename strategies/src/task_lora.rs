@@ -1,0 +1,608 @@
+//! `per-task-lora`: a new LoRA adapter for every task, the earlier ones kept frozen, and each
+//! input answered by the adapter of the task it is inferred to come from.
+//!
+//! With `[[memory]] type = "lora"` (`merge = "none"`) only the adapters and the head train. At
+//! a task's end this strategy keeps the task's *expert*, every trainable parameter's value (the
+//! adapters, the head, `lora`'s `train` modules: what PEFT saves as an adapter), and attaches
+//! fresh adapters for the next task (`A ~ N(0, σ = 1/r)` redrawn, `B = 0`, as Burn's LoRA
+//! starts them). No sample is stored and nothing is merged into the base.
+//!
+//! At evaluation ([`ForgettingStrategy::infer`]):
+//! - where the task is given (a task-incremental stream, the task-IL view), its expert answers;
+//! - otherwise (class-incremental inference) the task is inferred from the *task prototype*:
+//!   the mean of the L2-normalised pooled features `φ(x)` of the task's training inputs under
+//!   the frozen pretrained model (adapters off, the trainable modules as the first task found
+//!   them: the model a query function reads in L2P, Wang et al. CVPR 2022, §4.2), and an input
+//!   goes to `k* = argmax_k cos(φ(x), μ_k)`. Expert `k*` answers, its logits restricted to task
+//!   `k*`'s classes (task-id prediction, then within-task prediction: Kim et al. 2022, "A
+//!   Theoretical Study on Solving Continual Learning", eq. 1).
+//!
+//! How often the task was inferred right is the report's `task_id_matrix`. A wrong task is a
+//! wrong class: class-IL accuracy is at most the task-id accuracy times the task-IL view's.
+
+use engram_core::burn::module::Module;
+use engram_core::burn::tensor::{Device, Distribution, Tensor, TensorData};
+use engram_core::component::Component;
+use engram_core::config::ParamSource;
+use engram_core::data::stream::{Part, SampleRef};
+use engram_core::model::{Activation, ForwardCtx, Model};
+use engram_core::registry::BuildContext;
+use engram_core::strategy::{
+    ForgettingStrategy, Inference, LmRefusal, StateTensor, StrategyState, TaskContext, TaskInfo,
+};
+use engram_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `[[forgetting]] type = "per-task-lora"` keys.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerTaskLoraParams {
+    /// Training samples of a task its prototype is the mean over (its first ones in stored
+    /// order); 0 (the default) takes them all. One forward pass (no graph) over them at the
+    /// task's end.
+    pub prototype_samples: usize,
+}
+
+/// A finished task's expert: its classes, its trainable parameters' values and its prototype.
+#[derive(Clone, Debug)]
+struct Expert {
+    /// The task's classes (the logits an answer keeps).
+    classes: Vec<usize>,
+    /// Trainable parameter path → value `[numel]` (untracked).
+    params: BTreeMap<String, Tensor<1>>,
+    /// The prototype `μ` `[features]`, L2-normalised (empty until the task's `after_task`).
+    prototype: Vec<f32>,
+}
+
+/// The per-task-adapters strategy (see the module docs).
+#[derive(Debug, Default)]
+pub struct PerTaskLora {
+    p: PerTaskLoraParams,
+    seed: u64,
+    /// Samples per feature pass.
+    batch: usize,
+    /// The trainable parameters' values as the first task found them (adapters with `B = 0`):
+    /// loaded into the model, they give the frozen pretrained model the prototypes read.
+    origin: BTreeMap<String, Tensor<1>>,
+    experts: Vec<Expert>,
+}
+
+fn err(message: impl Into<String>) -> Error {
+    Error::Strategy {
+        strategy: PerTaskLoraParams::NAME.into(),
+        message: message.into(),
+    }
+}
+
+/// `model` with the parameters named in `values` set to them (paths as [`Model::params`]).
+fn load(model: Model, values: &BTreeMap<String, Tensor<1>>) -> Model {
+    model.update_params(&mut |i, _| values.get(&i.path).cloned())
+}
+
+/// L2-normalised pooled features `[batch, d]` of `input` under `model`: every block but the
+/// head, pooled as the head pools token states.
+fn features(model: &Model, input: Activation) -> Tensor<2> {
+    let blocks = model.num_blocks().saturating_sub(1);
+    let pooling = crate::ncm::pooling_of(model);
+    let f = model
+        .forward_range(0..blocks, input, &ForwardCtx::evaluation(None))
+        .into_features(pooling);
+    crate::ncm::normalize_rows(f)
+}
+
+impl PerTaskLora {
+    /// The strategy with keys `p`, the run's seed and its training batch size (the chunk of a
+    /// prototype's feature pass).
+    pub fn new(p: PerTaskLoraParams, seed: u64, batch: usize) -> Self {
+        Self {
+            p,
+            seed,
+            batch: batch.max(1),
+            ..Self::default()
+        }
+    }
+
+    /// Finished tasks whose experts are kept.
+    pub fn experts(&self) -> usize {
+        self.experts.len()
+    }
+
+    /// The task inferred for each row of `input` `[batch, …]` under `model` (the inference
+    /// copy): the expert whose prototype has the largest cosine with the row's feature. `None`
+    /// before any prototype exists.
+    pub fn route(&self, model: &Model, input: Activation) -> Option<Vec<usize>> {
+        let kept: Vec<(usize, &Vec<f32>)> = self
+            .experts
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !e.prototype.is_empty())
+            .map(|(k, e)| (k, &e.prototype))
+            .collect();
+        let d = kept.first()?.1.len();
+        let view = load(model.clone(), &self.origin);
+        let device = input.device();
+        let f = features(&view, input);
+        let mu = Tensor::<2>::from_data(
+            TensorData::new(
+                kept.iter().flat_map(|(_, p)| p.iter().copied()).collect(),
+                [kept.len(), d],
+            ),
+            &device,
+        );
+        let sims = f
+            .matmul(mu.transpose())
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .ok()?;
+        Some(
+            sims.chunks(kept.len())
+                .map(|row| {
+                    let mut best = 0;
+                    for (j, &v) in row.iter().enumerate() {
+                        if v > row[best] {
+                            best = j;
+                        }
+                    }
+                    kept[best].0
+                })
+                .collect(),
+        )
+    }
+
+    /// Task `task`'s prototype: the normalised mean of the normalised features of its training
+    /// samples (the first `prototype_samples`, or all), under the frozen pretrained model.
+    fn prototype(&self, cx: &TaskContext<'_>) -> Result<Vec<f32>> {
+        let inner = cx.device.clone().inner();
+        let view = load(cx.model.valid(), &self.origin);
+        let mut refs: Vec<SampleRef> = cx.train_refs();
+        if self.p.prototype_samples > 0 {
+            refs.truncate(self.p.prototype_samples);
+        }
+        let mut sum: Vec<f64> = Vec::new();
+        for chunk in refs.chunks(self.batch) {
+            let b = cx.stream.batch(chunk, Part::Train, cx.task.index, &inner);
+            let f = features(&view, b.input());
+            let sums = f
+                .sum_dim(0)
+                .into_data()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .map_err(|e| err(format!("prototype pass: {e:?}")))?;
+            sum.resize(sums.len(), 0.0);
+            for (s, v) in sum.iter_mut().zip(sums) {
+                *s += f64::from(v);
+            }
+        }
+        let norm = sum.iter().map(|v| v * v).sum::<f64>().sqrt().max(1e-12);
+        Ok(sum.iter().map(|v| (v / norm) as f32).collect())
+    }
+}
+
+impl ForgettingStrategy for PerTaskLora {
+    fn name(&self) -> &str {
+        PerTaskLoraParams::NAME
+    }
+
+    fn before_task(&mut self, cx: &mut TaskContext<'_>) -> Result<()> {
+        if !cx
+            .model
+            .params()
+            .iter()
+            .any(|i| i.path.ends_with(".lora.a"))
+        {
+            return Err(err(
+                "the model has no LoRA adapters: add [[memory]] type = \"lora\" (merge = \"none\")",
+            ));
+        }
+        if self.origin.is_empty() {
+            self.origin = cx
+                .model
+                .trainable_values()
+                .into_iter()
+                .map(|(i, t)| (i.path, t))
+                .collect();
+        }
+        Ok(())
+    }
+
+    fn task_end_weights(&mut self, model: Model, task: &TaskInfo) -> Result<Model> {
+        self.experts.push(Expert {
+            classes: task.classes.clone(),
+            params: model
+                .trainable_values()
+                .into_iter()
+                .map(|(i, t)| (i.path, t))
+                .collect(),
+            prototype: Vec::new(),
+        });
+        Ok(model)
+    }
+
+    fn after_task(&mut self, cx: &mut TaskContext<'_>) -> Result<()> {
+        let Some(expert) = self.experts.last() else {
+            return Ok(());
+        };
+        // `lora` with merge = "task" has replaced the adapters just kept (merged them into the
+        // base, which the earlier experts' adapters do not expect).
+        for (i, t) in cx.model.trainable_values() {
+            if i.path.ends_with(".lora.b")
+                && let Some(kept) = expert.params.get(&i.path)
+            {
+                let moved = (kept.clone() - t).abs().max().into_scalar::<f32>();
+                if moved != 0.0 {
+                    return Err(err(
+                        "the adapters were replaced when the task ended: per-task-lora keeps each task's adapter beside the base, so [[memory]] type = \"lora\" must have merge = \"none\"",
+                    ));
+                }
+            }
+        }
+        let prototype = self.prototype(cx)?;
+        if let Some(e) = self.experts.last_mut() {
+            e.prototype = prototype;
+        }
+        // Fresh adapters for the next task: A redrawn, B = 0 (the model's outputs go back to
+        // the base's under the current head).
+        let device = cx.device.clone().inner();
+        let task = cx.task.index as u64;
+        let seed = self.seed;
+        let model = std::mem::replace(cx.model, Model::new(Vec::new(), 0));
+        let mut n = 0u64;
+        *cx.model = model.update_params(&mut |i, t| {
+            if i.path.ends_with(".lora.b") {
+                Some(t.zeros_like())
+            } else if i.path.ends_with(".lora.a") && i.shape.len() == 2 {
+                n += 1;
+                device.seed(engram_core::rng::derive_seed(
+                    seed,
+                    "per-task-lora",
+                    task,
+                    n,
+                ));
+                let std = 1.0 / i.shape[1].max(1) as f64;
+                Some(
+                    Tensor::<2>::random(
+                        [i.shape[0], i.shape[1]],
+                        Distribution::Normal(0.0, std),
+                        &device,
+                    )
+                    .reshape([i.numel()]),
+                )
+            } else {
+                None
+            }
+        });
+        Ok(())
+    }
+
+    fn infer(&self, model: &Model, input: Activation, task: Option<usize>) -> Option<Inference> {
+        let last = self.experts.len().checked_sub(1)?;
+        let n = input.batch_size();
+        let tasks = match task {
+            // A task not trained yet (a later column of the matrix) gets the newest expert.
+            Some(t) => vec![t.min(last); n],
+            None => self.route(model, input.clone())?,
+        };
+        let classes = model.num_classes;
+        let mut out = vec![-1e9f32; n * classes];
+        let ctx = ForwardCtx::evaluation(task);
+        for (k, e) in self.experts.iter().enumerate() {
+            let rows: Vec<usize> = (0..n).filter(|&r| tasks[r] == k).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let view = load(model.clone(), &e.params);
+            let logits = view
+                .forward(input.clone().select_rows(&rows), &ctx)
+                .into_data()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .ok()?;
+            for (j, &r) in rows.iter().enumerate() {
+                for &c in e.classes.iter().filter(|&&c| c < classes) {
+                    out[r * classes + c] = logits[j * classes + c];
+                }
+            }
+        }
+        let device = input.device();
+        Some(Inference {
+            logits: Tensor::from_data(TensorData::new(out, [n, classes]), &device),
+            tasks,
+        })
+    }
+
+    fn lm_refusal(&self) -> Option<LmRefusal> {
+        Some(LmRefusal {
+            key: "type",
+            reason: "it picks a task's adapter for each input by the task's prototype, the mean pooled feature of a classifier's inputs; a language model's windows have no task prototype to route by (use o-lora or replay)".into(),
+        })
+    }
+
+    fn state(&self) -> Result<StrategyState> {
+        let mut tensors = BTreeMap::new();
+        for (path, t) in &self.origin {
+            tensors.insert(format!("origin/{path}"), StateTensor::from_tensor(t));
+        }
+        for (k, e) in self.experts.iter().enumerate() {
+            for (path, t) in &e.params {
+                tensors.insert(format!("{k}/{path}"), StateTensor::from_tensor(t));
+            }
+        }
+        let meta: Vec<serde_json::Value> = self
+            .experts
+            .iter()
+            .map(|e| serde_json::json!({ "classes": e.classes, "prototype": e.prototype }))
+            .collect();
+        Ok(StrategyState {
+            meta: serde_json::json!({ "experts": meta }),
+            tensors,
+        })
+    }
+
+    fn load_state(&mut self, state: StrategyState, device: &Device) -> Result<()> {
+        #[derive(Deserialize)]
+        struct Meta {
+            classes: Vec<usize>,
+            prototype: Vec<f32>,
+        }
+        let metas: Vec<Meta> = match state.meta.get("experts") {
+            Some(v) => {
+                serde_json::from_value(v.clone()).map_err(|e| err(format!("saved state: {e}")))?
+            }
+            None => Vec::new(),
+        };
+        let inner = device.clone().inner();
+        let mut experts: Vec<Expert> = metas
+            .into_iter()
+            .map(|m| Expert {
+                classes: m.classes,
+                params: BTreeMap::new(),
+                prototype: m.prototype,
+            })
+            .collect();
+        let mut origin = BTreeMap::new();
+        for (key, t) in &state.tensors {
+            let bad = || err(format!("saved state has a malformed entry `{key}`"));
+            let (owner, path) = key.split_once('/').ok_or_else(bad)?;
+            let value =
+                Tensor::<1>::from_data(TensorData::new(t.values.clone(), [t.values.len()]), &inner);
+            if owner == "origin" {
+                origin.insert(path.to_string(), value);
+            } else {
+                let k: usize = owner.parse().map_err(|_| bad())?;
+                experts
+                    .get_mut(k)
+                    .ok_or_else(bad)?
+                    .params
+                    .insert(path.to_string(), value);
+            }
+        }
+        self.origin = origin;
+        self.experts = experts;
+        Ok(())
+    }
+}
+
+fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn ForgettingStrategy>> {
+    let p: PerTaskLoraParams = src.parse()?;
+    Ok(Box::new(PerTaskLora::new(p, cx.seed, cx.batch_size)))
+}
+
+engram_core::component!(forgetting "per-task-lora", "per-task adapters: a new LoRA adapter per task, earlier ones frozen, each input answered by the adapter of the task its prototype picks; with lora merge = \"none\"", PerTaskLoraParams, build);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lora::tests_support::lora;
+    use crate::test_util::{task_cx, task_info, toy_model, toy_stream};
+    use engram_core::data::stream::Stream;
+
+    /// The inference copy's logits of task `t`'s evaluation rows, row-major, and the input.
+    fn eval_batch(stream: &Stream, t: usize, device: &Device) -> Activation {
+        let (rows, part) = stream.eval_rows(t);
+        let refs: Vec<SampleRef> = rows
+            .iter()
+            .map(|&index| SampleRef {
+                task: t as u16,
+                index,
+            })
+            .collect();
+        stream.batch(&refs, part, t, device).input()
+    }
+
+    fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+    }
+
+    /// "Training" of a task: every trainable parameter moved by a deterministic amount, so that
+    /// each task's adapters and head differ from the others'.
+    fn train(model: Model, task: usize) -> Model {
+        let mut n = 0.0f32;
+        model.update_params(&mut |i, t| {
+            n += 1.0;
+            let k = i.numel();
+            let shift: Vec<f32> = (0..k)
+                .map(|j| 0.3 * ((j as f32 + 1.0) * (n + task as f32 * 7.0)).sin())
+                .collect();
+            (i.path.contains(".lora.") || i.path.starts_with("blocks.1."))
+                .then(|| t.clone() + Tensor::from_data(TensorData::new(shift, [k]), &t.device()))
+        })
+    }
+
+    /// Each task's expert answers as the model answered when the task ended (its adapters and
+    /// head, not the later ones'), restricted to its classes; fresh adapters (`B = 0`) follow
+    /// each task; inputs go to the prototype with the largest cosine, the prototype being the
+    /// normalised mean of the plain (never adapted) model's normalised features; the state
+    /// round-trips.
+    #[test]
+    fn experts_answer_as_their_task_ended_and_route_by_prototype() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let device = Device::flex().autodiff();
+        let inner = device.clone().inner();
+        let stream = toy_stream();
+        let plain = toy_model(&device);
+        let mut model = lora("rank = 2\ntargets = [\"0.linear\"]")
+            .adapt(plain.clone())
+            .unwrap();
+        let mut s = PerTaskLora::new(PerTaskLoraParams::default(), 3, 7);
+        let mut at_end = Vec::new();
+        for t in 0..2 {
+            let info = task_info(&stream, t);
+            s.before_task(&mut task_cx(&mut model, &device, &info, &stream))
+                .unwrap();
+            model = train(model, t);
+            let x = eval_batch(&stream, t, &inner);
+            at_end.push(values(
+                model.valid().forward(x, &ForwardCtx::evaluation(None)),
+            ));
+            model = s.task_end_weights(model, &info).unwrap();
+            s.after_task(&mut task_cx(&mut model, &device, &info, &stream))
+                .unwrap();
+            for (i, v) in model.trainable_values() {
+                if i.path.ends_with(".lora.b") {
+                    assert!(
+                        values(v).iter().all(|&x| x == 0.0),
+                        "fresh B after task {t}"
+                    );
+                }
+            }
+        }
+        assert_eq!(s.experts(), 2);
+        let valid = model.valid();
+        let classes = 10;
+        for (t, want_t) in at_end.iter().enumerate() {
+            let x = eval_batch(&stream, t, &inner);
+            let a = s.infer(&valid, x, Some(t)).unwrap();
+            let got = values(a.logits);
+            assert!(a.tasks.iter().all(|&k| k == t));
+            let own = &stream.tasks[t].classes;
+            for (r, row) in got.chunks(classes).enumerate() {
+                for c in 0..classes {
+                    let want = if own.contains(&c) {
+                        want_t[r * classes + c]
+                    } else {
+                        -1e9
+                    };
+                    assert!((row[c] - want).abs() < 1e-5, "task {t} row {r} class {c}");
+                }
+            }
+        }
+        // Prototypes by hand: the plain model's first block, rows normalised, mean, normalised.
+        let phi = |x: Activation| -> Vec<Vec<f64>> {
+            let f = values(
+                plain
+                    .valid()
+                    .forward_range(0..1, x, &ForwardCtx::evaluation(None))
+                    .into_flat(),
+            );
+            f.chunks(6)
+                .map(|r| {
+                    let n = r.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+                    r.iter().map(|v| f64::from(*v) / n).collect()
+                })
+                .collect()
+        };
+        let mut protos = Vec::new();
+        for t in 0..2 {
+            let refs: Vec<SampleRef> = stream.tasks[t]
+                .train
+                .iter()
+                .map(|&index| SampleRef {
+                    task: t as u16,
+                    index,
+                })
+                .collect();
+            let rows = phi(stream.batch(&refs, Part::Train, t, &inner).input());
+            let mut m = [0.0f64; 6];
+            for r in &rows {
+                for (a, b) in m.iter_mut().zip(r) {
+                    *a += b;
+                }
+            }
+            let n = m.iter().map(|v| v * v).sum::<f64>().sqrt();
+            let m: Vec<f64> = m.iter().map(|v| v / n).collect();
+            for (a, b) in m.iter().zip(&s.experts[t].prototype) {
+                assert!((a - f64::from(*b)).abs() < 1e-5, "prototype {t}");
+            }
+            protos.push(m);
+        }
+        let mut routed_by_hand = Vec::new();
+        let mut both = None;
+        for t in 0..2 {
+            let x = eval_batch(&stream, t, &inner);
+            for r in phi(x.clone()) {
+                let cos: Vec<f64> = protos
+                    .iter()
+                    .map(|p| p.iter().zip(&r).map(|(a, b)| a * b).sum())
+                    .collect();
+                routed_by_hand.push(usize::from(cos[1] > cos[0]));
+            }
+            both = Some(match both {
+                None => x,
+                Some(Activation::Flat(a)) => {
+                    Activation::Flat(Tensor::cat(vec![a, x.into_flat()], 0))
+                }
+                Some(other) => other,
+            });
+        }
+        let both = both.unwrap();
+        // Both experts are picked for some rows (the check below compares real choices).
+        assert!(
+            routed_by_hand.contains(&0) && routed_by_hand.contains(&1),
+            "{routed_by_hand:?}"
+        );
+        let a = s.infer(&valid, both.clone(), None).unwrap();
+        assert_eq!(a.tasks, routed_by_hand);
+        let logits = values(a.logits);
+        // A routed row is answered by its expert, within its expert's classes.
+        let per_task: Vec<Vec<f32>> = (0..2)
+            .map(|k| values(s.infer(&valid, both.clone(), Some(k)).unwrap().logits))
+            .collect();
+        for (r, &k) in a.tasks.iter().enumerate() {
+            assert_eq!(
+                &logits[r * classes..(r + 1) * classes],
+                &per_task[k][r * classes..(r + 1) * classes]
+            );
+        }
+        // The state round-trips: the restored strategy answers identically.
+        let mut back = PerTaskLora::new(PerTaskLoraParams::default(), 3, 7);
+        back.load_state(s.state().unwrap(), &device).unwrap();
+        let again = back.infer(&valid, both, None).unwrap();
+        assert_eq!(again.tasks, a.tasks);
+        assert_eq!(values(again.logits), logits);
+    }
+
+    /// Without adapters, the first task is refused; with `lora` merging at the task's end
+    /// (merge = "task"), the end of the first task is, saying merge = "none".
+    #[test]
+    fn per_task_lora_needs_lora_without_merge() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let device = Device::flex().autodiff();
+        let stream = toy_stream();
+        let info = task_info(&stream, 0);
+        let mut s = PerTaskLora::new(PerTaskLoraParams::default(), 0, 8);
+        let mut plain = toy_model(&device);
+        let e = s
+            .before_task(&mut task_cx(&mut plain, &device, &info, &stream))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no LoRA adapters"), "{e}");
+        let mut l = lora("rank = 2\ntargets = [\"0.linear\"]\nmerge = \"task\"");
+        let mut m = l.adapt(toy_model(&device)).unwrap();
+        s.before_task(&mut task_cx(&mut m, &device, &info, &stream))
+            .unwrap();
+        let m = train(m, 0);
+        let m = s.task_end_weights(m, &info).unwrap();
+        let mut m =
+            engram_core::strategy::MemoryStrategy::task_end_model(&mut l, m, &info).unwrap();
+        let e = s
+            .after_task(&mut task_cx(&mut m, &device, &info, &stream))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("merge = \\\"none\\\"") || e.contains("merge = \"none\""),
+            "{e}"
+        );
+    }
+}
