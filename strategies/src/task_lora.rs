@@ -15,7 +15,9 @@
 //!   them: the model a query function reads in L2P, Wang et al. CVPR 2022, §4.2), and an input
 //!   goes to `k* = argmax_k cos(φ(x), μ_k)`. Expert `k*` answers, its logits restricted to task
 //!   `k*`'s classes (task-id prediction, then within-task prediction: Kim et al. 2022, "A
-//!   Theoretical Study on Solving Continual Learning", eq. 1).
+//!   Theoretical Study on Solving Continual Learning", eq. 1). With `prototypes = "class"` a
+//!   task has one prototype a class (its class means) and an input goes to the task of the
+//!   nearest one.
 //!
 //! How often the task was inferred right is the report's `task_id_matrix`. A wrong task is a
 //! wrong class: class-IL accuracy is at most the task-id accuracy times the task-IL view's.
@@ -34,14 +36,31 @@ use engram_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// What a task's prototypes are ([`PerTaskLoraParams::prototypes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Prototypes {
+    /// One per task: the mean feature of its training inputs (the issue's and L2P's query
+    /// matching; the default).
+    #[default]
+    Task,
+    /// One per class of the task: the class means (iCaRL's nearest-mean rule, Rebuffi et al.
+    /// 2017, §2.1, used to pick the task): a task of several topics is several clusters,
+    /// which one mean blurs.
+    Class,
+}
+
 /// `[[forgetting]] type = "per-task-lora"` keys.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PerTaskLoraParams {
-    /// Training samples of a task its prototype is the mean over (its first ones in stored
+    /// Training samples of a task its prototypes are the means over (its first ones in stored
     /// order); 0 (the default) takes them all. One forward pass (no graph) over them at the
     /// task's end.
     pub prototype_samples: usize,
+    /// `task` (default): one prototype a task; `class`: one a class of the task, an input
+    /// going to the task of the nearest class mean.
+    pub prototypes: Prototypes,
 }
 
 /// A finished task's expert: its classes, its trainable parameters' values and its prototype.
@@ -51,8 +70,9 @@ struct Expert {
     classes: Vec<usize>,
     /// Trainable parameter path → value `[numel]` (untracked).
     params: BTreeMap<String, Tensor<1>>,
-    /// The prototype `μ` `[features]`, L2-normalised (empty until the task's `after_task`).
-    prototype: Vec<f32>,
+    /// The prototypes `μ` `[features]` each, L2-normalised: one, or one a class (none until
+    /// the task's `after_task`).
+    prototypes: Vec<Vec<f32>>,
 }
 
 /// The per-task-adapters strategy (see the module docs).
@@ -109,15 +129,14 @@ impl PerTaskLora {
     }
 
     /// The task inferred for each row of `input` `[batch, …]` under `model` (the inference
-    /// copy): the expert whose prototype has the largest cosine with the row's feature. `None`
-    /// before any prototype exists.
+    /// copy): the expert with the prototype of the largest cosine with the row's feature.
+    /// `None` before any prototype exists.
     pub fn route(&self, model: &Model, input: Activation) -> Option<Vec<usize>> {
         let kept: Vec<(usize, &Vec<f32>)> = self
             .experts
             .iter()
             .enumerate()
-            .filter(|(_, e)| !e.prototype.is_empty())
-            .map(|(k, e)| (k, &e.prototype))
+            .flat_map(|(k, e)| e.prototypes.iter().map(move |p| (k, p)))
             .collect();
         let d = kept.first()?.1.len();
         let view = load(model.clone(), &self.origin);
@@ -151,32 +170,46 @@ impl PerTaskLora {
         )
     }
 
-    /// Task `task`'s prototype: the normalised mean of the normalised features of its training
-    /// samples (the first `prototype_samples`, or all), under the frozen pretrained model.
-    fn prototype(&self, cx: &TaskContext<'_>) -> Result<Vec<f32>> {
+    /// The task's prototypes: the normalised mean of the normalised features of its training
+    /// samples (the first `prototype_samples`, or all), under the frozen pretrained model; one,
+    /// or one a class present ([`Prototypes`]).
+    fn prototypes(&self, cx: &TaskContext<'_>) -> Result<Vec<Vec<f32>>> {
         let inner = cx.device.clone().inner();
         let view = load(cx.model.valid(), &self.origin);
         let mut refs: Vec<SampleRef> = cx.train_refs();
         if self.p.prototype_samples > 0 {
             refs.truncate(self.p.prototype_samples);
         }
-        let mut sum: Vec<f64> = Vec::new();
+        // Group (0 for the task, the label for a class) → Σ of normalised features.
+        let mut sums: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
         for chunk in refs.chunks(self.batch) {
             let b = cx.stream.batch(chunk, Part::Train, cx.task.index, &inner);
+            let labels = b.labels();
             let f = features(&view, b.input());
-            let sums = f
-                .sum_dim(0)
+            let d = f.dims()[1];
+            let rows = f
                 .into_data()
                 .convert::<f32>()
                 .try_to_vec::<f32>()
                 .map_err(|e| err(format!("prototype pass: {e:?}")))?;
-            sum.resize(sums.len(), 0.0);
-            for (s, v) in sum.iter_mut().zip(sums) {
-                *s += f64::from(v);
+            for (row, &y) in rows.chunks(d.max(1)).zip(&labels) {
+                let g = match self.p.prototypes {
+                    Prototypes::Task => 0,
+                    Prototypes::Class => y as usize,
+                };
+                let sum = sums.entry(g).or_insert_with(|| vec![0.0; d]);
+                for (s, v) in sum.iter_mut().zip(row) {
+                    *s += f64::from(*v);
+                }
             }
         }
-        let norm = sum.iter().map(|v| v * v).sum::<f64>().sqrt().max(1e-12);
-        Ok(sum.iter().map(|v| (v / norm) as f32).collect())
+        Ok(sums
+            .into_values()
+            .map(|sum| {
+                let norm = sum.iter().map(|v| v * v).sum::<f64>().sqrt().max(1e-12);
+                sum.iter().map(|v| (v / norm) as f32).collect()
+            })
+            .collect())
     }
 }
 
@@ -215,7 +248,7 @@ impl ForgettingStrategy for PerTaskLora {
                 .into_iter()
                 .map(|(i, t)| (i.path, t))
                 .collect(),
-            prototype: Vec::new(),
+            prototypes: Vec::new(),
         });
         Ok(model)
     }
@@ -238,9 +271,9 @@ impl ForgettingStrategy for PerTaskLora {
                 }
             }
         }
-        let prototype = self.prototype(cx)?;
+        let prototypes = self.prototypes(cx)?;
         if let Some(e) = self.experts.last_mut() {
-            e.prototype = prototype;
+            e.prototypes = prototypes;
         }
         // Fresh adapters for the next task: A redrawn, B = 0 (the model's outputs go back to
         // the base's under the current head).
@@ -256,7 +289,7 @@ impl ForgettingStrategy for PerTaskLora {
                 n += 1;
                 device.seed(engram_core::rng::derive_seed(
                     seed,
-                    "per-task-lora",
+                    PerTaskLoraParams::NAME,
                     task,
                     n,
                 ));
@@ -332,7 +365,7 @@ impl ForgettingStrategy for PerTaskLora {
         let meta: Vec<serde_json::Value> = self
             .experts
             .iter()
-            .map(|e| serde_json::json!({ "classes": e.classes, "prototype": e.prototype }))
+            .map(|e| serde_json::json!({ "classes": e.classes, "prototypes": e.prototypes }))
             .collect();
         Ok(StrategyState {
             meta: serde_json::json!({ "experts": meta }),
@@ -344,7 +377,7 @@ impl ForgettingStrategy for PerTaskLora {
         #[derive(Deserialize)]
         struct Meta {
             classes: Vec<usize>,
-            prototype: Vec<f32>,
+            prototypes: Vec<Vec<f32>>,
         }
         let metas: Vec<Meta> = match state.meta.get("experts") {
             Some(v) => {
@@ -358,7 +391,7 @@ impl ForgettingStrategy for PerTaskLora {
             .map(|m| Expert {
                 classes: m.classes,
                 params: BTreeMap::new(),
-                prototype: m.prototype,
+                prototypes: m.prototypes,
             })
             .collect();
         let mut origin = BTreeMap::new();
@@ -438,6 +471,15 @@ mod tests {
     #[test]
     fn experts_answer_as_their_task_ended_and_route_by_prototype() {
         let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        check_two_tasks(Prototypes::Task);
+        check_two_tasks(Prototypes::Class);
+    }
+
+    fn check_two_tasks(mode: Prototypes) {
+        let params = PerTaskLoraParams {
+            prototypes: mode,
+            ..PerTaskLoraParams::default()
+        };
         let device = Device::flex().autodiff();
         let inner = device.clone().inner();
         let stream = toy_stream();
@@ -445,7 +487,7 @@ mod tests {
         let mut model = lora("rank = 2\ntargets = [\"0.linear\"]")
             .adapt(plain.clone())
             .unwrap();
-        let mut s = PerTaskLora::new(PerTaskLoraParams::default(), 3, 7);
+        let mut s = PerTaskLora::new(params.clone(), 3, 7);
         let mut at_end = Vec::new();
         for t in 0..2 {
             let info = task_info(&stream, t);
@@ -513,30 +555,47 @@ mod tests {
                     index,
                 })
                 .collect();
-            let rows = phi(stream.batch(&refs, Part::Train, t, &inner).input());
-            let mut m = [0.0f64; 6];
-            for r in &rows {
-                for (a, b) in m.iter_mut().zip(r) {
-                    *a += b;
+            let b = stream.batch(&refs, Part::Train, t, &inner);
+            let labels = b.labels();
+            let rows = phi(b.input());
+            // Groups in label order (one group for the whole task).
+            let mut groups: Vec<i64> = match mode {
+                Prototypes::Task => vec![-1],
+                Prototypes::Class => labels.clone(),
+            };
+            groups.sort_unstable();
+            groups.dedup();
+            assert_eq!(s.experts[t].prototypes.len(), groups.len());
+            for (g, got) in groups.iter().zip(&s.experts[t].prototypes) {
+                let mut m = [0.0f64; 6];
+                for (r, y) in rows.iter().zip(&labels) {
+                    if *g == -1 || g == y {
+                        for (a, b) in m.iter_mut().zip(r) {
+                            *a += b;
+                        }
+                    }
                 }
+                let n = m.iter().map(|v| v * v).sum::<f64>().sqrt();
+                let m: Vec<f64> = m.iter().map(|v| v / n).collect();
+                for (a, b) in m.iter().zip(got) {
+                    assert!((a - f64::from(*b)).abs() < 1e-5, "prototype {t} {g}");
+                }
+                protos.push((t, m));
             }
-            let n = m.iter().map(|v| v * v).sum::<f64>().sqrt();
-            let m: Vec<f64> = m.iter().map(|v| v / n).collect();
-            for (a, b) in m.iter().zip(&s.experts[t].prototype) {
-                assert!((a - f64::from(*b)).abs() < 1e-5, "prototype {t}");
-            }
-            protos.push(m);
         }
         let mut routed_by_hand = Vec::new();
         let mut both = None;
         for t in 0..2 {
             let x = eval_batch(&stream, t, &inner);
             for r in phi(x.clone()) {
-                let cos: Vec<f64> = protos
-                    .iter()
-                    .map(|p| p.iter().zip(&r).map(|(a, b)| a * b).sum())
-                    .collect();
-                routed_by_hand.push(usize::from(cos[1] > cos[0]));
+                let cos = |p: &Vec<f64>| -> f64 { p.iter().zip(&r).map(|(a, b)| a * b).sum() };
+                let mut best = 0;
+                for (j, (_, p)) in protos.iter().enumerate() {
+                    if cos(p) > cos(&protos[best].1) {
+                        best = j;
+                    }
+                }
+                routed_by_hand.push(protos[best].0);
             }
             both = Some(match both {
                 None => x,
@@ -566,7 +625,7 @@ mod tests {
             );
         }
         // The state round-trips: the restored strategy answers identically.
-        let mut back = PerTaskLora::new(PerTaskLoraParams::default(), 3, 7);
+        let mut back = PerTaskLora::new(params, 3, 7);
         back.load_state(s.state().unwrap(), &device).unwrap();
         let again = back.infer(&valid, both, None).unwrap();
         assert_eq!(again.tasks, a.tasks);

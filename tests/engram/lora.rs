@@ -245,3 +245,65 @@ fn every_lora_name_must_match_and_rank_fit() {
         );
     }
 }
+
+/// `per-task-lora` on two tasks of one class each: every cell of the class-incremental matrix
+/// equals the task-identification cell (a task of one class is right exactly when its task is
+/// inferred right), the task-IL view is 1 wherever a task was trained, a run killed in task 1
+/// resumes to the same report (the experts and prototypes are in the checkpoint), `engram
+/// eval` answers through the experts as the run did, and `merge = "task"` is refused.
+#[test]
+fn per_task_lora_routes_by_prototype_resumes_and_evaluates() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(
+        d.path(),
+        "[[memory]]\ntype = \"lora\"\nrank = 2\n[[forgetting]]\ntype = \"per-task-lora\"\n",
+    );
+    let out = d.path().join("ptl");
+    let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let r = report(&out);
+    let acc = r["accuracy_matrix"].as_array().unwrap();
+    let tid = r["task_id_matrix"].as_array().unwrap();
+    assert_eq!(tid.len(), acc.len());
+    let mut cells = 0;
+    for (a_row, t_row) in acc.iter().zip(tid) {
+        for (a, t) in a_row
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(t_row.as_array().unwrap())
+        {
+            if let (Some(a), Some(t)) = (a.as_f64(), t.as_f64()) {
+                assert!((a - t).abs() < 1e-12, "{a} vs {t}: {r}");
+                cells += 1;
+            }
+        }
+    }
+    assert!(cells >= 3, "{r}");
+    let last = &r["task_il_accuracy_matrix"][1];
+    assert_eq!(last, &serde_json::json!([1.0, 1.0]), "{r}");
+
+    let cut = d.path().join("cut");
+    let (code, _) = run_quiet(&cfg, &cut, &[], &[("ENGRAM_FAILPOINT", "step-5")]);
+    assert_ne!(code, 0);
+    let (code, msg) = run(&["resume", cut.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{msg}");
+    assert_eq!(stable(&cut), stable(&out));
+
+    let (code, msg) = run(&["eval", out.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{msg}");
+    let line = msg.lines().find(|l| l.starts_with('{')).unwrap();
+    let e: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(e["accuracy"], acc[1], "{msg}");
+
+    let cfg = config(
+        d.path(),
+        "[[memory]]\ntype = \"lora\"\nrank = 2\nmerge = \"task\"\n[[forgetting]]\ntype = \"per-task-lora\"\n",
+    );
+    let (code, msg) = run_quiet(&cfg, &d.path().join("merged"), &[], &[]);
+    assert_ne!(code, 0, "{msg}");
+    assert!(
+        msg.contains("merge = \\\"none\\\"") || msg.contains("merge = \"none\""),
+        "{msg}"
+    );
+}
