@@ -45,7 +45,7 @@ pub use plot::{
     COMPARE_FIGURE, FIGURE_SIZE, FIGURES, MAX_BARS, MAX_CURVES, MAX_LABELS, MAX_MATRIX_CELLS,
     render, render_dir, render_rows,
 };
-pub use reference::{RegistryFormat, reference_markdown, registry_text};
+pub use reference::{RegistryFormat, reference_markdown, registry_text, registry_text_of};
 
 /// Bytes in a mebibyte (the unit of memory in figures and tables).
 const MIB: f64 = 1024.0 * 1024.0;

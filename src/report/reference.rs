@@ -55,10 +55,19 @@ fn divergence_section(s: &mut String) {
 /// book's reference page (`Markdown`). Keys whose default is unset (an `Option` that is
 /// `None`) have no TOML value and are listed by none of the formats.
 pub fn registry_text(registry: &Registry, format: RegistryFormat) -> String {
+    registry_text_of(registry, format, None)
+}
+
+/// [`registry_text`] of the entries named `only` (every kind that has one: `engram list
+/// NAME`), or of all of them when `only` is `None`. The markdown page's preamble and closing
+/// sections come only with the whole registry.
+pub fn registry_text_of(registry: &Registry, format: RegistryFormat, only: Option<&str>) -> String {
+    let picked = |e: &&Entry| only.is_none_or(|n| e.registration.name == n);
     if format == RegistryFormat::Json {
         let v: Vec<_> = registry
             .entries()
             .iter()
+            .filter(picked)
             .map(|e| {
                 serde_json::json!({
                     "name": e.registration.name,
@@ -72,12 +81,13 @@ pub fn registry_text(registry: &Registry, format: RegistryFormat) -> String {
         return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
     }
     let mut s = String::new();
-    if format == RegistryFormat::Markdown {
+    let whole = only.is_none();
+    if format == RegistryFormat::Markdown && whole {
         s.push_str(MARKDOWN_PREAMBLE);
         divergence_section(&mut s);
     }
     let mut kind = None;
-    for e in registry.entries() {
+    for e in registry.entries().iter().filter(picked) {
         let k = e.registration.factory.kind();
         if kind != Some(k) {
             kind_heading(&mut s, k, format);
@@ -88,7 +98,7 @@ pub fn registry_text(registry: &Registry, format: RegistryFormat) -> String {
             _ => list_entry(&mut s, e),
         }
     }
-    if format == RegistryFormat::Markdown {
+    if format == RegistryFormat::Markdown && whole {
         augment_section(&mut s);
     }
     s

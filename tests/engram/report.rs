@@ -460,6 +460,40 @@ fn engram_list_is_the_registry_text() {
     assert!(page.starts_with("# Reference: strategies, models and datasets\n"));
 }
 
+/// `engram list NAME` shows the entries of that name only (keys and defaults, as the whole
+/// list shows them), in JSON too; a name nothing is registered as is a usage error (exit 2)
+/// that offers the names containing it.
+#[test]
+fn engram_list_name_shows_that_entry_only() {
+    use engram::report::{RegistryFormat, registry_text};
+    let whole = registry_text(&engram::registry(), RegistryFormat::List);
+    let o = engram().args(["list", "lora"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+            .count(),
+        1,
+        "{out}"
+    );
+    assert!(out.contains("  lora ") && out.contains("rank = 8"), "{out}");
+    for line in out.lines() {
+        assert!(whole.contains(line), "{line}");
+    }
+    let o = engram().args(["list", "ewc", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["name"], "ewc");
+    let o = engram().args(["list", "lor"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("`lor`") && err.contains("o-lora") && err.contains("per-task-lora"),
+        "{err}"
+    );
+}
+
 /// `engram compare` on `[[data.stream]]` runs: their data is the ordered list of the entries'
 /// datasets (`[data] dataset` is empty for a stream). Two runs of the same stream compare with
 /// no warning; a stream against a plain run, or against a stream of other datasets, is flagged
