@@ -148,6 +148,14 @@ fn accuracy_table(r: &Report) -> String {
             diagonal.join(" "),
         );
     }
+    if let Some(last) = r.task_id_matrix.as_ref().and_then(|t| t.last()) {
+        let cells: Vec<String> = last.iter().map(|v| pct(*v).trim().to_string()).collect();
+        let _ = writeln!(
+            s,
+            "task inferred right (per-task experts' routing, % of each task's test samples, after the last task): {}",
+            cells.join(" "),
+        );
+    }
     s
 }
 

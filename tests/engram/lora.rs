@@ -282,6 +282,20 @@ fn per_task_lora_routes_by_prototype_resumes_and_evaluates() {
     assert!(cells >= 3, "{r}");
     let last = &r["task_il_accuracy_matrix"][1];
     assert_eq!(last, &serde_json::json!([1.0, 1.0]), "{r}");
+    // The run's summary prints the last row of the task-identification matrix.
+    let typed: engram::core::train::report::Report =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let cells: Vec<String> = tid[1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| format!("{:.1}", v.as_f64().unwrap() * 100.0))
+        .collect();
+    let table = engram::summary::run_table(&typed);
+    assert!(
+        table.contains(&format!("after the last task): {}\n", cells.join(" "))),
+        "{table}"
+    );
 
     let cut = d.path().join("cut");
     let (code, _) = run_quiet(&cfg, &cut, &[], &[("ENGRAM_FAILPOINT", "step-5")]);
