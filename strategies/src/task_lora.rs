@@ -86,6 +86,91 @@ pub struct PerTaskLora {
     /// loaded into the model, they give the frozen pretrained model the prototypes read.
     origin: BTreeMap<String, Tensor<1>>,
     experts: Vec<Expert>,
+    /// What evaluation has computed (see [`Cache`]).
+    cache: std::sync::Mutex<Cache>,
+}
+
+/// Answers that cannot change while the run goes on, by input row (a 64-bit hash of its
+/// values): the frozen model's feature of a row (routing), and an expert's logits for a row
+/// (an expert is frozen once kept, and so is the base). Each row of the evaluation set is then
+/// run once through the router and once through each expert over the whole run, not once per
+/// row of the accuracy matrix and view. Cleared when the state is loaded (a rollback).
+#[derive(Debug, Default)]
+struct Cache {
+    features: std::collections::HashMap<u64, Vec<f32>>,
+    logits: std::collections::HashMap<(usize, u64), Vec<f32>>,
+}
+
+/// A hash of each row of `input` (token ids or flat features: the inputs a text or tabular
+/// evaluation gives), `None` for other activations (not cached).
+fn row_keys(input: &Activation) -> Option<Vec<u64>> {
+    use std::hash::{Hash, Hasher};
+    let n = input.batch_size();
+    let words: Vec<u64> = match input {
+        Activation::Ids(t) => t
+            .clone()
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .ok()?
+            .into_iter()
+            .map(|v| v as u64)
+            .collect(),
+        Activation::Flat(t) => t
+            .clone()
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .ok()?
+            .into_iter()
+            .map(|v| u64::from(v.to_bits()))
+            .collect(),
+        _ => return None,
+    };
+    let width = words.len() / n.max(1);
+    Some(
+        words
+            .chunks(width.max(1))
+            .take(n)
+            .map(|row| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                row.hash(&mut h);
+                h.finish()
+            })
+            .collect(),
+    )
+}
+
+/// Runs `f` on the rows of `input` whose key `map` lacks (all rows when there are no keys)
+/// and returns each row's answer, in row order, storing the new ones in `map`. `f` gets the
+/// missing rows and returns their `[rows, width]` values row-major, and `width`.
+fn cached_rows<K: std::hash::Hash + Eq + Copy>(
+    input: &Activation,
+    keys: Option<&[K]>,
+    map: &mut std::collections::HashMap<K, Vec<f32>>,
+    f: &dyn Fn(Activation) -> Option<(Vec<f32>, usize)>,
+) -> Option<Vec<Vec<f32>>> {
+    let n = input.batch_size();
+    let mut out: Vec<Option<Vec<f32>>> = (0..n)
+        .map(|r| keys.and_then(|k| map.get(&k[r]).cloned()))
+        .collect();
+    let missing: Vec<usize> = (0..n).filter(|&r| out[r].is_none()).collect();
+    if !missing.is_empty() {
+        let sub = if missing.len() == n {
+            input.clone()
+        } else {
+            input.clone().select_rows(&missing)
+        };
+        let (values, width) = f(sub)?;
+        for (j, &r) in missing.iter().enumerate() {
+            let row = values.get(j * width..(j + 1) * width)?.to_vec();
+            if let Some(k) = keys {
+                map.insert(k[r], row.clone());
+            }
+            out[r] = Some(row);
+        }
+    }
+    out.into_iter().collect()
 }
 
 fn err(message: impl Into<String>) -> Error {
@@ -138,29 +223,24 @@ impl PerTaskLora {
             .enumerate()
             .flat_map(|(k, e)| e.prototypes.iter().map(move |p| (k, p)))
             .collect();
-        let d = kept.first()?.1.len();
-        let view = load(model.clone(), &self.origin);
-        let device = input.device();
-        let f = features(&view, input);
-        let mu = Tensor::<2>::from_data(
-            TensorData::new(
-                kept.iter().flat_map(|(_, p)| p.iter().copied()).collect(),
-                [kept.len(), d],
-            ),
-            &device,
-        );
-        let sims = f
-            .matmul(mu.transpose())
-            .into_data()
-            .convert::<f32>()
-            .try_to_vec::<f32>()
-            .ok()?;
+        kept.first()?;
+        let keys = row_keys(&input);
+        let mut cache = self.cache.lock().ok()?;
+        let rows = {
+            cached_rows(&input, keys.as_deref(), &mut cache.features, &|x| {
+                let view = load(model.clone(), &self.origin);
+                let f = features(&view, x);
+                let d = f.dims()[1];
+                Some((f.into_data().convert::<f32>().try_to_vec::<f32>().ok()?, d))
+            })?
+        };
+        let dot = |a: &[f32], b: &[f32]| -> f32 { a.iter().zip(b).map(|(x, y)| x * y).sum() };
         Some(
-            sims.chunks(kept.len())
-                .map(|row| {
+            rows.iter()
+                .map(|f| {
                     let mut best = 0;
-                    for (j, &v) in row.iter().enumerate() {
-                        if v > row[best] {
+                    for (j, (_, p)) in kept.iter().enumerate() {
+                        if dot(f, p) > dot(f, kept[best].1) {
                             best = j;
                         }
                     }
@@ -319,22 +399,37 @@ impl ForgettingStrategy for PerTaskLora {
         };
         let classes = model.num_classes;
         let mut out = vec![-1e9f32; n * classes];
-        let ctx = ForwardCtx::evaluation(task);
+        let keys = row_keys(&input);
+        let mut cache = self.cache.lock().ok()?;
         for (k, e) in self.experts.iter().enumerate() {
             let rows: Vec<usize> = (0..n).filter(|&r| tasks[r] == k).collect();
             if rows.is_empty() {
                 continue;
             }
-            let view = load(model.clone(), &e.params);
-            let logits = view
-                .forward(input.clone().select_rows(&rows), &ctx)
-                .into_data()
-                .convert::<f32>()
-                .try_to_vec::<f32>()
-                .ok()?;
-            for (j, &r) in rows.iter().enumerate() {
+            let sub = if rows.len() == n {
+                input.clone()
+            } else {
+                input.clone().select_rows(&rows)
+            };
+            let sub_keys: Option<Vec<(usize, u64)>> = keys
+                .as_ref()
+                .map(|h| rows.iter().map(|&r| (k, h[r])).collect());
+            // Task k's expert answers as task k (the task it was inferred or given to be).
+            let answers = cached_rows(&sub, sub_keys.as_deref(), &mut cache.logits, &|x| {
+                let view = load(model.clone(), &e.params);
+                let logits = view.forward(x, &ForwardCtx::evaluation(Some(k)));
+                Some((
+                    logits
+                        .into_data()
+                        .convert::<f32>()
+                        .try_to_vec::<f32>()
+                        .ok()?,
+                    classes,
+                ))
+            })?;
+            for (row, &r) in answers.iter().zip(&rows) {
                 for &c in e.classes.iter().filter(|&&c| c < classes) {
-                    out[r * classes + c] = logits[j * classes + c];
+                    out[r * classes + c] = row[c];
                 }
             }
         }
@@ -413,6 +508,9 @@ impl ForgettingStrategy for PerTaskLora {
         }
         self.origin = origin;
         self.experts = experts;
+        if let Ok(mut c) = self.cache.lock() {
+            *c = Cache::default();
+        }
         Ok(())
     }
 }
