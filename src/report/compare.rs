@@ -83,6 +83,9 @@ pub struct RunRow {
     pub step_peak_mib: Option<Stat>,
     /// The final model's parameters, thousands.
     pub params_k: Option<Stat>,
+    /// Of them, those that trained (the optimiser's: the adapters and head under `lora`),
+    /// thousands; `None` for reports of older versions, which do not say.
+    pub trainable_k: Option<Stat>,
     /// What the figures were measured on ([`benchmark`]; the first seed's for a `--seeds`
     /// directory).
     pub data: serde_json::Value,
@@ -180,6 +183,10 @@ impl RunRow {
                 (b > 0).then(|| b as f64 / MIB)
             }),
             params_k: of(&|r| Some(r.memory.parameters as f64 / 1e3)),
+            trainable_k: of(&|r| {
+                (r.memory.trainable_parameters > 0)
+                    .then(|| r.memory.trainable_parameters as f64 / 1e3)
+            }),
             data: reports.first().map_or(serde_json::Value::Null, benchmark),
             learned,
             naive: !reports.is_empty()
@@ -319,9 +326,14 @@ pub fn data_differences(rows: &[RunRow]) -> Vec<String> {
 ///
 /// Columns: `run`, `seeds`, `ACC`, `AIA` (average incremental accuracy), `BWT`, `forgetting`, `FWT`, `retention`, `task-IL ACC` (4
 /// decimals, fractions; the last for class-incremental runs), `time (s)` (1 decimal), `peak MiB` (1 decimal; the process's), `step peak MiB` (2 decimals; the training step's own addition), `params k` (the final model's
-/// parameters in thousands, 1 decimal); `–` where undefined.
+/// parameters in thousands, 1 decimal), and `trainable k` (those that trained, thousands, 1
+/// decimal) when some run trained only part of its model (`lora`); `–` where undefined.
 pub fn compare_table(rows: &[RunRow]) -> String {
-    let header = [
+    let partial = rows.iter().any(|r| match (r.trainable_k, r.params_k) {
+        (Some(t), Some(p)) => t.mean < p.mean,
+        _ => false,
+    });
+    let mut header = vec![
         "run",
         "seeds",
         "ACC",
@@ -336,6 +348,9 @@ pub fn compare_table(rows: &[RunRow]) -> String {
         "step peak MiB",
         "params k",
     ];
+    if partial {
+        header.push("trainable k");
+    }
     let cell = |s: &Option<Stat>, d: usize| s.map_or_else(|| "–".to_string(), |s| s.format(d));
     let body: Vec<Vec<String>> = rows
         .iter()
@@ -355,6 +370,9 @@ pub fn compare_table(rows: &[RunRow]) -> String {
                 cell(&r.step_peak_mib, 2),
                 cell(&r.params_k, 1),
             ]
+            .into_iter()
+            .chain(partial.then(|| cell(&r.trainable_k, 1)))
+            .collect()
         })
         .collect();
     let width = |c: usize| {
@@ -381,7 +399,7 @@ pub fn compare_table(rows: &[RunRow]) -> String {
         }
         let _ = writeln!(s, "{}", l.trim_end());
     };
-    line(header.to_vec());
+    line(header.clone());
     for r in &body {
         line(r.iter().map(String::as_str).collect());
     }

@@ -72,6 +72,7 @@ fn lora_trains_the_adapters_only_resumes_and_exports_merged_weights() {
         lm["parameters"].as_u64().unwrap(),
         lm["trainable_parameters"].as_u64().unwrap(),
     );
+    let fp = fm["parameters"].as_u64().unwrap();
     assert_eq!(lt, s["trainable_parameters"].as_u64().unwrap());
     assert_eq!(lp - lt, s["frozen_parameters"].as_u64().unwrap());
     assert_eq!(lp, fm["parameters"].as_u64().unwrap() + 128);
@@ -83,6 +84,18 @@ fn lora_trains_the_adapters_only_resumes_and_exports_merged_weights() {
     );
     assert!(fs >= 8 * fm["parameters"].as_u64().unwrap(), "{fs}");
     assert!(ls >= 8 * lt && ls < fs / 4, "{ls} vs {fs}");
+    // `engram compare` shows what trained beside the parameters once a run trained only part.
+    let (code, table) = run(&[
+        "compare",
+        d.path().join("full").to_str().unwrap(),
+        d.path().join("lora").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{table}");
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].ends_with("params k  trainable k"), "{table}");
+    let last = |l: &str| l.split_whitespace().last().unwrap().parse::<f64>().unwrap();
+    assert!((last(lines[1]) - fp as f64 / 1e3).abs() < 0.051, "{table}");
+    assert!((last(lines[2]) - lt as f64 / 1e3).abs() < 0.051, "{table}");
 
     // Killed in task 1 (after task 0's merge), resumed: the same report.
     let cut = d.path().join("cut");
