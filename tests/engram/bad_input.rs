@@ -409,6 +409,11 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
         ("ewc", "lambda", "no penalty"),
         ("ewc", "stiffness_cap", "the cap is off"),
         (
+            "per-task-lora",
+            "prototype_samples",
+            "every training sample of the task",
+        ),
+        (
             "replay",
             "candidates",
             "every sample of the task is a candidate",

@@ -189,9 +189,14 @@ fn o_lora_runs_with_merged_adapters_and_refuses_without() {
     );
     let (code, out) = run_quiet(&cfg, &d.path().join("ok"), &[], &[]);
     assert_eq!(code, 0, "{out}");
+    let ok = report(&d.path().join("ok"));
+    assert_eq!(ok["memory"]["strategies"]["lora"]["merges"], 2);
+    // What o-lora keeps is in the memory report: each task's A [16, 2] of the two adapted
+    // weights, 4 bytes a value, no metadata.
     assert_eq!(
-        report(&d.path().join("ok"))["memory"]["strategies"]["lora"]["merges"],
-        2
+        ok["memory"]["strategy_state_bytes"]["o-lora"],
+        2 * 2 * 16 * 2 * 4,
+        "{ok}"
     );
     let cfg = config(
         d.path(),
@@ -293,6 +298,16 @@ fn per_task_lora_routes_by_prototype_resumes_and_evaluates() {
         }
     }
     assert!(cells >= 3, "{r}");
+    // Its state in the memory report: the trainable parameters three times (as the first task
+    // found them, and each task's expert) plus the classes and prototypes as JSON.
+    let trainable = r["memory"]["trainable_parameters"].as_u64().unwrap();
+    let bytes = r["memory"]["strategy_state_bytes"]["per-task-lora"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        bytes > 12 * trainable && bytes < 12 * trainable + 4096,
+        "{bytes} for {trainable} trainable"
+    );
     let last = &r["task_il_accuracy_matrix"][1];
     assert_eq!(last, &serde_json::json!([1.0, 1.0]), "{r}");
     // The run's summary prints the last row of the task-identification matrix.

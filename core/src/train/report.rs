@@ -108,12 +108,21 @@ pub struct MemoryReport {
     /// head), the frozen base excluded. 0 in reports of older versions (and left out while 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub trainable_parameters: u64,
-    /// Bytes of the optimiser's state at the end of the run, as its record serialises it
-    /// (burnpack: SGD's momentum, Adam's two moments per trainable parameter, plus a few bytes
-    /// of keys): it grows with the trainable parameters only. 0 in reports of older versions
-    /// and for a run that failed before its end (and left out while 0).
+    /// Bytes of the optimiser's state at the run's last checkpoint (its end, for a finished
+    /// run), as its record serialises it (burnpack: SGD's momentum, Adam's two moments per
+    /// trainable parameter, plus a few bytes of keys): it grows with the trainable parameters
+    /// only. 0 in reports of older versions (and left out while 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub optimizer_state_bytes: u64,
+    /// Bytes each strategy's saved state takes at the run's last checkpoint, by name: 4 bytes
+    /// a tensor value ([`crate::strategy::StrategyState`]) plus its JSON metadata. What a
+    /// strategy holds beside the model and the optimiser: EWC's Fisher diagonal and anchors,
+    /// O-LoRA's kept down-projections, per-task-lora's experts and prototypes, replay's sample
+    /// list and logits (its samples' inputs are [`MemoryReport::stored`]). Strategies that
+    /// keep nothing are left out; empty in reports of older versions (and left out while
+    /// empty).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub strategy_state_bytes: std::collections::BTreeMap<String, u64>,
     /// What each memory strategy reports ([`crate::strategy::MemoryStrategy::report`]), by name.
     #[serde(default)]
     pub strategies: std::collections::BTreeMap<String, serde_json::Value>,

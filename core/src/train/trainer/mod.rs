@@ -166,7 +166,7 @@ fn run_inner(
         Some((path, ck)) => p.restore(ck, &ad, &path)?,
         None => fresh_start(p, &ad)?,
     };
-    let size = record::ModelSize::of(&model, None);
+    let size = record::ModelSize::of(&model);
     // Plugin faults are turned into errors here already, so that they are recorded too.
     let result = crate::plugin::catch_faults(|| {
         state::RunState::new(p, opts, &mut pr, (model, optim), &ad, t0).run()

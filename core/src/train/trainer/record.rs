@@ -10,21 +10,35 @@ pub(super) struct ModelSize {
     pub parameters: u64,
     /// The parameters that train ([`Model::trainable_numel`]).
     pub trainable: u64,
-    /// The optimiser's serialised state (bytes); 0 when not known.
-    pub optimizer_state_bytes: u64,
 }
 
 impl ModelSize {
-    /// The sizes of `model`, with `optim`'s state when given.
-    pub(super) fn of(model: &Model, optim: Option<&ModuleOptimizer>) -> Self {
+    /// The sizes of `model`.
+    pub(super) fn of(model: &Model) -> Self {
         Self {
             parameters: model.numel() as u64,
             trainable: model.trainable_numel() as u64,
-            optimizer_state_bytes: optim
-                .and_then(|o| o.into_bytes().ok())
-                .map_or(0, |b| b.len() as u64),
         }
     }
+}
+
+/// What each strategy's saved state takes in checkpoint `ck`, by name (entries of one name
+/// summed): 4 bytes a tensor value plus the JSON metadata's length; strategies that save
+/// nothing are left out.
+pub(super) fn state_bytes(ck: &Checkpoint) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for (name, st) in ck.forgetting.iter().chain(&ck.memory).chain(&ck.schedulers) {
+        let tensors: usize = st.tensors.values().map(|t| 4 * t.values.len()).sum();
+        let meta = if st.meta.is_null() {
+            0
+        } else {
+            serde_json::to_vec(&st.meta).map_or(0, |v| v.len())
+        };
+        if tensors + meta > 0 {
+            *out.entry(name.clone()).or_insert(0) += (tensors + meta) as u64;
+        }
+    }
+    out
 }
 
 /// Writes the record of a run that stopped with `e`: `steps.csv` (the logged steps and the
@@ -119,7 +133,6 @@ pub(super) fn build_report(
     mem.end_bytes = memory::device_bytes(inner).unwrap_or(0);
     mem.parameters = size.parameters;
     mem.trainable_parameters = size.trainable;
-    mem.optimizer_state_bytes = size.optimizer_state_bytes;
     mem.strategies = p
         .memory
         .iter()

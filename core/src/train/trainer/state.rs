@@ -136,8 +136,15 @@ impl<'a> RunState<'a> {
     ///
     /// # Errors
     /// As [`checkpoint::save`], and a strategy whose state cannot be captured.
-    pub(super) fn save(&self) -> Result<()> {
+    pub(super) fn save(&mut self) -> Result<()> {
         let mut ck = snapshot(self.p, &self.model, &self.optim, self.pr)?;
+        // The memory report's state figures, as this checkpoint holds them (the last one is
+        // the run's end): no second serialisation when the report is written.
+        let (states, optim) = (record::state_bytes(&ck), ck.optimizer.len() as u64);
+        for mem in [&mut self.pr.record.memory, &mut ck.progress.record.memory] {
+            mem.strategy_state_bytes = states.clone();
+            mem.optimizer_state_bytes = optim;
+        }
         ck.progress.record.timings.total_s = self.earlier_s + self.t0.elapsed().as_secs_f64();
         checkpoint::save(&self.opts.out, self.pr.at.global_step, &ck)?;
         Ok(())
@@ -197,7 +204,7 @@ impl<'a> RunState<'a> {
             self.p,
             self.pr,
             &self.inner,
-            record::ModelSize::of(&self.model, Some(&self.optim)),
+            record::ModelSize::of(&self.model),
             self.earlier_s + self.t0.elapsed().as_secs_f64() + self.p.setup_s,
         );
         report.write(out)?;
