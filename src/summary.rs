@@ -33,7 +33,37 @@ pub fn run_table(r: &Report) -> String {
     );
     s.push_str(&step_memory_line(&r.memory));
     s.push_str(&stored_line(&r.memory));
+    s.push_str(&state_line(&r.memory));
     s
+}
+
+/// `bytes` in B, KiB or MiB (1 decimal above a KiB).
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b < 1024 => format!("{b} B"),
+        b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+    }
+}
+
+/// What the optimiser and the strategies keep beside the model at the run's last checkpoint
+/// (`memory.optimizer_state_bytes`, `memory.strategy_state_bytes`), one line, empty when the
+/// report has neither (older versions): for example `kept beside the model: optimizer 1.2 MiB;
+/// o-lora 512 B; ewc 3.4 MiB`.
+pub fn state_line(m: &MemoryReport) -> String {
+    let mut parts = Vec::new();
+    if m.optimizer_state_bytes > 0 {
+        parts.push(format!("optimizer {}", size(m.optimizer_state_bytes)));
+    }
+    parts.extend(
+        m.strategy_state_bytes
+            .iter()
+            .map(|(name, b)| format!("{name} {}", size(*b))),
+    );
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("kept beside the model: {}\n", parts.join("; "))
 }
 
 /// A language-model run's perplexity matrix (lower is better), its `initial` row (before any
@@ -370,6 +400,19 @@ mod tests {
         assert_eq!(
             stored_line(&m),
             "stored samples: replay 4 × 48 B of token ids (uint32) + 32 B of logits = 224 B\n"
+        );
+    }
+
+    #[test]
+    fn state_line_by_hand() {
+        let mut m = MemoryReport::default();
+        assert_eq!(state_line(&m), "");
+        m.optimizer_state_bytes = 3 * 1024 * 1024 / 2;
+        m.strategy_state_bytes.insert("o-lora".into(), 512);
+        m.strategy_state_bytes.insert("ewc".into(), 2048 + 512);
+        assert_eq!(
+            state_line(&m),
+            "kept beside the model: optimizer 1.5 MiB; ewc 2.5 KiB; o-lora 512 B\n"
         );
     }
 
