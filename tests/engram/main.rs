@@ -26,6 +26,7 @@ mod memory;
 mod new_plugin;
 mod newcomer;
 mod outdir;
+mod peft;
 mod plugins;
 mod recipes;
 mod registry;

@@ -171,7 +171,7 @@ pub enum InitLayout {
 
 /// The `[model]` keys of pretrained initialisation ([`crate::model::init`]), which the
 /// model's factory does not get.
-pub const INIT_KEYS: [&str; 3] = ["init", "init_layout", "init_remap"];
+pub const INIT_KEYS: [&str; 4] = ["init", "init_layout", "init_remap", "adapter"];
 
 /// `[model]`: the network. `type` names a registered model
 /// ([`Kind::Model`](crate::registry::Kind::Model): `mlp`, `cnn`, `vit` or a plugin's); the other
@@ -199,6 +199,13 @@ pub struct ModelConfig {
     /// Renames of `init`'s tensor names, `[[regex, replacement], …]`, applied in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub init_remap: Vec<[String; 2]>,
+    /// A Hugging Face PEFT LoRA adapter directory (`adapter_config.json` +
+    /// `adapter_model.safetensors`, as `engram export --peft` and PEFT's `save_pretrained`
+    /// write them; relative to the config file) loaded into the adapters that
+    /// `[[memory]] type = "lora"` attaches, after `init` ([`crate::model::bert::peft::load`]);
+    /// BERT-family models only. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<PathBuf>,
     /// The model's own keys, as written.
     #[serde(flatten)]
     pub params: toml::Table,

@@ -19,6 +19,7 @@
 
 pub mod hf;
 pub mod layers;
+pub mod peft;
 
 pub use layers::{Embeddings, EncoderLayer, PoolHead, Pooling, SelfAttention, pool};
 

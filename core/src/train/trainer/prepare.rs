@@ -88,8 +88,9 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     check_objective(&cfg, &model, &stream, &forgetting, &device)?;
     let memory = registry.build_memory(&cfg, &bcx)?;
     let schedulers = registry.build_schedulers(&cfg, &bcx)?;
-    // A memory strategy's adaptation (`lora`'s targets) is checked on the real model too.
-    adapt(&memory, model)?;
+    // A memory strategy's adaptation (`lora`'s targets) is checked on the real model too, and
+    // `[model] adapter` against the adapters it attaches.
+    load_adapter(&cfg, adapt(&memory, model)?)?;
     Ok(Prepared {
         data_sha256: stream.dataset.fingerprint(),
         plugins: registry.plugins().to_vec(),
@@ -255,6 +256,33 @@ pub fn load_init(
     }
 }
 
+/// Applies `[model] adapter` (a PEFT adapter directory, relative to the config file) to a model
+/// whose memory strategies attached their adapters ([`crate::model::bert::peft::load`]); the
+/// model unchanged when the config has none.
+///
+/// # Errors
+/// A positioned [`Error::Config`] at `[model] adapter` for a path that is not a directory and
+/// for every refusal of [`crate::model::bert::peft::load`] (a rank or alpha unlike the run's
+/// `lora` entry, a key that names no adapted module, a missing file).
+pub fn load_adapter(cfg: &LoadedConfig, model: Model) -> Result<Model> {
+    let Some(dir) = &cfg.config.model.adapter else {
+        return Ok(model);
+    };
+    let dir = relative_to(&cfg.base_dir, dir);
+    if !dir.is_dir() {
+        return Err(cfg.error_at(
+            "model",
+            "adapter",
+            format!("{}: no such directory", dir.display()),
+            Some(
+                "name the directory `engram export --peft` or PEFT's save_pretrained wrote".into(),
+            ),
+        ));
+    }
+    crate::model::bert::peft::load(model, &dir)
+        .map_err(|e| cfg.error_at("model", "adapter", e.message, e.hint))
+}
+
 /// `[model] init = FILE.gguf`: only `type = "llama"` reads one (its factory took the geometry
 /// from the same file), with [`crate::model::llama::gguf::load_file`].
 ///
@@ -409,7 +437,8 @@ impl Prepared {
             device,
         )?;
         let (model, init) = load_init(&self.cfg, model)?;
-        Ok((adapt(&self.memory, model)?, init))
+        let model = load_adapter(&self.cfg, adapt(&self.memory, model)?)?;
+        Ok((model, init))
     }
 }
 

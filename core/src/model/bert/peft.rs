@@ -1,0 +1,851 @@
+//! LoRA adapters as Hugging Face PEFT writes and reads them (`peft` 0.21, `LoraConfig` on a
+//! `transformers` `BertModel`): [`export`] writes a BERT model's adapters as a PEFT adapter
+//! directory (`engram export --peft DIR`), [`load`] reads one into a model whose `lora` memory
+//! strategy attached adapters (`[model] adapter = "DIR"`).
+//!
+//! The directory:
+//! - `adapter_model.safetensors`: for each adapted layer, `base_model.model.<module>.lora_A.weight`
+//!   `[r, d_in]` and `lora_B.weight` `[d_out, r]`, where `<module>` is the layer's name in
+//!   `BertModel` (`encoder.layer.0.attention.self.query`). engram's adapter on a weight
+//!   `W [d_in, d_out]` is `A [d_in, r]`, `B [r, d_out]` with `W + (α/r)·A·B`; PEFT's on a
+//!   `torch.nn.Linear` (weight `[d_out, d_in]`) adds `(α/r)·lora_B·lora_A`, so
+//!   `lora_A = Aᵀ` and `lora_B = Bᵀ`. Layers that trained in full besides the adapters (the
+//!   `lora` strategy's `train`, PEFT's `modules_to_save`) are there too, as
+//!   `base_model.model.<module>.<weight|bias>` in PyTorch's layout.
+//! - `adapter_config.json`: `peft_type = "LORA"`, `r`, `lora_alpha` (`α`), `target_modules`
+//!   (the shortest name suffixes that pick exactly the adapted layers of `BertModel`),
+//!   `modules_to_save` (full module names), `lora_dropout` 0, `bias` `"none"`,
+//!   `fan_in_fan_out` false, `task_type` null (the base is a plain `BertModel`),
+//!   `base_model_name_or_path` (the run's `[model] init` directory, or null).
+//! - `engram_head.safetensors` + `engram_head.json`: engram's classifier, which is no
+//!   `BertModel` module: `weight` `[classes, hidden]` and `bias` `[classes]` (a
+//!   `torch.nn.Linear`'s), and the pooling (`cls` or `mean` over tokens whose id is not
+//!   `pad_token_id`) that feeds it. `bench/reference/peft_roundtrip.py` rebuilds it.
+
+use super::{Embeddings, EncoderLayer, PoolHead};
+use crate::error::{Error, Result};
+use crate::model::Model;
+use burn::nn::Linear;
+use burn::tensor::{Tensor, TensorData};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+
+/// PEFT's adapter weights file in an adapter directory.
+pub const ADAPTER_FILE: &str = "adapter_model.safetensors";
+/// PEFT's adapter config file in an adapter directory.
+pub const CONFIG_FILE: &str = "adapter_config.json";
+/// engram's classifier weights (`weight` `[classes, hidden]`, `bias` `[classes]`).
+pub const HEAD_FILE: &str = "engram_head.safetensors";
+/// engram's classifier description (pooling, pad id, sizes).
+pub const HEAD_CONFIG: &str = "engram_head.json";
+/// The prefix PEFT gives every key of a model wrapped by `get_peft_model`.
+pub const PREFIX: &str = "base_model.model.";
+
+/// How a parameter is laid out in each of the two models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A `Linear` weight: `[d_in, d_out]` in engram, `[d_out, d_in]` in PyTorch.
+    LinearWeight,
+    /// The same layout in both (biases, embeddings, norms' `gamma`/`weight`, `beta`/`bias`).
+    Same,
+}
+
+/// One parameter of engram's BERT and its name in Hugging Face's `BertModel`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamName {
+    /// engram's dotted path (`blocks.1.attention.query.weight`).
+    pub engram: String,
+    /// `BertModel`'s `state_dict` key (`encoder.layer.0.attention.self.query.weight`).
+    pub hf: String,
+    /// Its layout.
+    pub kind: Kind,
+}
+
+/// Every parameter of engram's BERT encoder with `layers` layers (the head excepted, which
+/// `BertModel` has not) and its `BertModel` name: the inverse of [`super::hf::remap`] (a unit
+/// test holds them together), with `LayerNorm`'s `weight`/`bias` as engram's `gamma`/`beta`.
+pub fn param_names(layers: usize) -> Vec<ParamName> {
+    let mut v = Vec::new();
+    let mut push = |engram: String, hf: String, kind: Kind| {
+        v.push(ParamName { engram, hf, kind });
+    };
+    for (e, h) in [
+        ("word", "word_embeddings"),
+        ("position", "position_embeddings"),
+        ("token_type", "token_type_embeddings"),
+    ] {
+        push(
+            format!("blocks.0.{e}.weight"),
+            format!("embeddings.{h}.weight"),
+            Kind::Same,
+        );
+    }
+    push(
+        "blocks.0.norm.gamma".into(),
+        "embeddings.LayerNorm.weight".into(),
+        Kind::Same,
+    );
+    push(
+        "blocks.0.norm.beta".into(),
+        "embeddings.LayerNorm.bias".into(),
+        Kind::Same,
+    );
+    for (l, (e, h, linear)) in (1..=layers).flat_map(|l| LAYER.iter().map(move |m| (l, *m))) {
+        let (e, h) = (
+            format!("blocks.{l}.{e}"),
+            format!("encoder.layer.{}.{h}", l - 1),
+        );
+        let (w, b, kind) = if linear {
+            ("weight", "bias", Kind::LinearWeight)
+        } else {
+            ("gamma", "beta", Kind::Same)
+        };
+        push(format!("{e}.{w}"), format!("{h}.weight"), kind);
+        push(format!("{e}.{b}"), format!("{h}.bias"), Kind::Same);
+    }
+    v
+}
+
+/// An encoder layer's modules: engram's name, `BertModel`'s, and whether it is a `Linear`
+/// (else a `LayerNorm`).
+const LAYER: [(&str, &str, bool); 8] = [
+    ("attention.query", "attention.self.query", true),
+    ("attention.key", "attention.self.key", true),
+    ("attention.value", "attention.self.value", true),
+    ("attention.output", "attention.output.dense", true),
+    ("norm1", "attention.output.LayerNorm", false),
+    ("ffn_in", "intermediate.dense", true),
+    ("ffn_out", "output.dense", true),
+    ("norm2", "output.LayerNorm", false),
+];
+
+/// The module path of a parameter path (without its last part).
+fn module_of(path: &str) -> &str {
+    path.rsplit_once('.').map_or(path, |(m, _)| m)
+}
+
+/// A BERT model's parts: its embeddings, encoder layers and head.
+struct Parts<'a> {
+    embeddings: &'a Embeddings,
+    layers: Vec<&'a EncoderLayer>,
+    head: &'a PoolHead,
+}
+
+/// `model`'s BERT parts, or `None` when it is not engram's BERT.
+fn parts(model: &Model) -> Option<Parts<'_>> {
+    let blocks = model.blocks();
+    let (first, rest) = blocks.split_first()?;
+    let (last, middle) = rest.split_last()?;
+    Some(Parts {
+        embeddings: first.downcast_ref::<Embeddings>()?,
+        layers: middle
+            .iter()
+            .map(|b| b.downcast_ref::<EncoderLayer>())
+            .collect::<Option<Vec<_>>>()?,
+        head: last.downcast_ref::<PoolHead>()?,
+    })
+}
+
+/// A layer's `Linear` modules by engram's module name within the layer.
+fn linears(l: &EncoderLayer) -> [(&'static str, &Linear); 6] {
+    [
+        ("attention.query", &l.attention.query),
+        ("attention.key", &l.attention.key),
+        ("attention.value", &l.attention.value),
+        ("attention.output", &l.attention.output),
+        ("ffn_in", &l.ffn_in),
+        ("ffn_out", &l.ffn_out),
+    ]
+}
+
+/// One adapted layer of a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Adapted {
+    /// engram's module path (`blocks.1.attention.query`); its factors are the parameters
+    /// `<module>.weight.lora.a` `[d_in, r]` and `.lora.b` `[r, d_out]`.
+    pub module: String,
+    /// `[d_in, d_out]` of the weight.
+    pub shape: [usize; 2],
+    /// Rank `r`.
+    pub rank: usize,
+    /// The scale `α/r`.
+    pub scale: f64,
+}
+
+/// Why a model's adapters cannot be PEFT's (the message says what to do).
+fn usage(message: impl Into<String>) -> Error {
+    Error::Usage(message.into())
+}
+
+/// The adapted layers of engram's BERT `model`, in module order.
+///
+/// # Errors
+/// [`Error::Usage`] when `model` is not engram's BERT, when an embedding or the head carries an
+/// adapter (PEFT's `Embedding` adapter and engram's head are not written), or when the adapters
+/// differ in rank or scale (PEFT's config holds one `r` and one `lora_alpha`).
+pub fn adapted(model: &Model) -> Result<Vec<Adapted>> {
+    let p = parts(model).ok_or_else(|| {
+        usage(
+            "PEFT adapters are written for BERT-family models ([model] type = \"bert\"); \
+             export this model's merged weights with --safetensors",
+        )
+    })?;
+    let e = p.embeddings;
+    if [&e.word.weight, &e.position.weight, &e.token_type.weight]
+        .iter()
+        .any(|w| w.adapter().is_some())
+        || p.head.linear.weight.adapter().is_some()
+    {
+        return Err(usage(
+            "an embedding or the head carries a LoRA adapter, which PEFT's BertModel adapter \
+             does not hold; adapt Linear layers only (targets = [\"query\", \"value\"]), or \
+             export merged weights with --safetensors",
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, l) in p.layers.iter().enumerate() {
+        for (name, lin) in linears(l) {
+            if let Some(a) = lin.weight.adapter() {
+                let [d_in, d_out] = lin.weight.shape().dims();
+                out.push(Adapted {
+                    module: format!("blocks.{}.{name}", i + 1),
+                    shape: [d_in, d_out],
+                    rank: a.a.shape().dims::<2>()[1],
+                    scale: a.scale,
+                });
+            }
+        }
+    }
+    if let Some(x) = out
+        .iter()
+        .find(|x| x.rank != out[0].rank || x.scale != out[0].scale)
+    {
+        return Err(usage(format!(
+            "{} has rank {} and scale {} where {} has {} and {}: a PEFT config holds one r and \
+             one lora_alpha",
+            x.module, x.rank, x.scale, out[0].module, out[0].rank, out[0].scale
+        )));
+    }
+    Ok(out)
+}
+
+/// The shortest dotted suffixes (PEFT's `target_modules` match a module whose name is the
+/// suffix or ends with `.suffix`) that together pick exactly `chosen` among `all` module names;
+/// a suffix does not start with a layer number.
+fn suffixes(chosen: &[String], all: &[String]) -> Vec<String> {
+    let matches = |name: &str, t: &str| name == t || name.ends_with(&format!(".{t}"));
+    let mut out: Vec<String> = Vec::new();
+    for c in chosen {
+        let parts: Vec<&str> = c.split('.').collect();
+        let t = (1..=parts.len())
+            .map(|n| parts[parts.len() - n..].join("."))
+            // `layer.1.output.dense` rather than `1.output.dense`, for the reader.
+            .filter(|t| !t.starts_with(|ch: char| ch.is_ascii_digit()))
+            .find(|t| all.iter().all(|m| !matches(m, t) || chosen.contains(m)))
+            .unwrap_or_else(|| c.clone());
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// What [`export`] wrote.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exported {
+    /// The adapted layers' `BertModel` names.
+    pub modules: Vec<String>,
+    /// `modules_to_save`: the layers that trained in full besides the adapters.
+    pub modules_to_save: Vec<String>,
+    /// Rank `r`.
+    pub rank: usize,
+    /// `lora_alpha` (`α = scale · r`).
+    pub alpha: f64,
+}
+
+/// The `[numel]` float values of each parameter of `model`, by path.
+fn values(model: &Model) -> Result<HashMap<String, Vec<f32>>> {
+    model
+        .param_values()
+        .into_iter()
+        .map(|(i, t)| {
+            let v = t
+                .into_data()
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .map_err(|e| Error::Other(format!("{}: {e:?}", i.path)))?;
+            Ok((i.path, v))
+        })
+        .collect()
+}
+
+/// `v` `[rows, cols]` (row-major) transposed to `[cols, rows]`.
+fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; v.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = v[r * cols + c];
+        }
+    }
+    out
+}
+
+/// A tensor to write: name, shape, values (row-major `f32`).
+type Named = (String, Vec<usize>, Vec<f32>);
+
+/// A safetensors file's tensors by name: shape and values (row-major, as `f32`).
+pub type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+
+/// The bytes of a safetensors file holding `tensors` as `F32`.
+pub fn safetensors_bytes(tensors: &[Named]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), serde_json::json!({ "format": "pt" }));
+    let mut offset = 0usize;
+    for (name, shape, v) in tensors {
+        let end = offset + 4 * v.len();
+        header.insert(
+            name.clone(),
+            serde_json::json!({ "dtype": "F32", "shape": shape, "data_offsets": [offset, end] }),
+        );
+        offset = end;
+    }
+    let mut h = serde_json::to_vec(&header).unwrap_or_default();
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + h.len() + offset);
+    out.extend_from_slice(&(h.len() as u64).to_le_bytes());
+    out.extend_from_slice(&h);
+    for (_, _, v) in tensors {
+        for x in v {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The tensors of a safetensors file (`F32` or `BF16`, read as `f32`), by name: shape and
+/// values.
+///
+/// # Errors
+/// A message naming `path` when it cannot be read, is not safetensors, or holds another
+/// dtype.
+pub fn read_safetensors(path: &Path) -> std::result::Result<Tensors, String> {
+    let bytes = crate::fsutil::read_bounded(path, crate::fsutil::MAX_DATA_BYTES)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let bad = |why: &str| format!("{}: not a safetensors file ({why})", path.display());
+    let n = bytes
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize)
+        .ok_or_else(|| bad("shorter than its header"))?;
+    let header = bytes
+        .get(8..8usize.saturating_add(n))
+        .ok_or_else(|| bad("the header runs past the end"))?;
+    let data = &bytes[8 + n..];
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(header).map_err(|e| bad(&e.to_string()))?;
+    let mut out = BTreeMap::new();
+    for (name, v) in header {
+        if name == "__metadata__" {
+            continue;
+        }
+        let dtype = v["dtype"].as_str().unwrap_or("");
+        let shape: Vec<usize> = v["shape"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.as_u64())
+                    .map(|d| d as usize)
+                    .collect()
+            })
+            .ok_or_else(|| bad(&format!("{name} has no shape")))?;
+        let offsets: Vec<usize> = v["data_offsets"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.as_u64())
+                    .map(|d| d as usize)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let (width, read): (usize, fn(&[u8]) -> f32) = match dtype {
+            "F32" => (4, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            "BF16" => (2, |b| {
+                f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
+            }),
+            other => {
+                return Err(format!(
+                    "{}: {name} is {other}; engram reads F32 or BF16 adapters",
+                    path.display()
+                ));
+            }
+        };
+        let raw = match (offsets.as_slice(), numel) {
+            ([s, e], Some(k)) if e >= s && e - s == k.saturating_mul(width) => data.get(*s..*e),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            bad(&format!(
+                "{name}'s offsets do not fit its shape or the file"
+            ))
+        })?;
+        out.insert(name, (shape, raw.chunks_exact(width).map(read).collect()));
+    }
+    Ok(out)
+}
+
+/// Writes the PEFT adapter directory of `model`'s adapters into the existing directory `dir`
+/// (see the module docs), each file atomically. `initial` is the model the run started from
+/// (its `[model] init` loaded, adapters attached), built the same way: a layer whose weights
+/// differ from it, not an adapter and not the head, trained in full and goes into
+/// `modules_to_save`. `base` is the `BertModel` directory the adapters apply to
+/// (`base_model_name_or_path`), when the run had one.
+///
+/// # Errors
+/// [`adapted`]'s; [`Error::Usage`] when the model has no adapters, or when an adapted
+/// layer's base weight differs from `initial`'s (`merge = "task"` folded adapters into it, so
+/// PEFT's base would be the wrong one); [`Error::Io`] when a file cannot be written.
+pub fn export(model: &Model, initial: &Model, base: Option<&Path>, dir: &Path) -> Result<Exported> {
+    let adapted = adapted(model)?;
+    let Some(first) = adapted.first() else {
+        return Err(usage(
+            "this checkpoint's model carries no LoRA adapters (its run had no [[memory]] \
+             type = \"lora\"); export its weights with --safetensors instead",
+        ));
+    };
+    let p = parts(model).ok_or_else(|| usage("not a BERT model"))?;
+    let layers = p.layers.len();
+    let names = param_names(layers);
+    let (now, then) = (values(model)?, values(initial)?);
+    let adapted_modules: BTreeSet<&str> = adapted.iter().map(|a| a.module.as_str()).collect();
+    let hf_module = |engram_module: &str| {
+        names
+            .iter()
+            .find(|n| module_of(&n.engram) == engram_module)
+            .map(|n| module_of(&n.hf).to_string())
+    };
+    // Layers that changed besides the adapters: PEFT's modules_to_save.
+    let mut to_save: Vec<String> = Vec::new();
+    for n in &names {
+        if now.get(&n.engram) == then.get(&n.engram) {
+            continue;
+        }
+        let m = module_of(&n.engram);
+        if adapted_modules.contains(m) {
+            return Err(usage(format!(
+                "{} differs from the run's starting weights although it is adapted (merge = \
+                 \"task\" folds adapters into the base), so PEFT's base model would be the \
+                 wrong one; export the merged weights with --safetensors",
+                n.engram
+            )));
+        }
+        if !to_save.iter().any(|s| s == m) {
+            to_save.push(m.to_string());
+        }
+    }
+    let mut tensors: Vec<Named> = Vec::new();
+    let mut modules = Vec::new();
+    for a in &adapted {
+        let hf = hf_module(&a.module)
+            .ok_or_else(|| usage(format!("{}: no BertModel name", a.module)))?;
+        let get = |f: &str| {
+            now.get(&format!("{}.weight.lora.{f}", a.module))
+                .ok_or_else(|| Error::Other(format!("{}: no lora.{f}", a.module)))
+        };
+        let [d_in, d_out] = a.shape;
+        let r = a.rank;
+        tensors.push((
+            format!("{PREFIX}{hf}.lora_A.weight"),
+            vec![r, d_in],
+            transpose(get("a")?, d_in, r),
+        ));
+        tensors.push((
+            format!("{PREFIX}{hf}.lora_B.weight"),
+            vec![d_out, r],
+            transpose(get("b")?, r, d_out),
+        ));
+        modules.push(hf);
+    }
+    let mut modules_to_save = Vec::new();
+    for m in &to_save {
+        for n in names.iter().filter(|n| module_of(&n.engram) == m) {
+            let v = &now[&n.engram];
+            let shape = model
+                .params()
+                .into_iter()
+                .find(|i| i.path == n.engram)
+                .map(|i| i.shape)
+                .unwrap_or_default();
+            let (shape, v) = match (n.kind, shape.as_slice()) {
+                (Kind::LinearWeight, [i, o]) => (vec![*o, *i], transpose(v, *i, *o)),
+                _ => (shape, v.clone()),
+            };
+            tensors.push((format!("{PREFIX}{}", n.hf), shape, v));
+        }
+        modules_to_save.extend(hf_module(m));
+    }
+    // Every Linear module of BertModel, the pooler's included, for the suffixes.
+    let mut linear_modules: Vec<String> = names
+        .iter()
+        .filter(|n| n.kind == Kind::LinearWeight)
+        .map(|n| module_of(&n.hf).to_string())
+        .collect();
+    linear_modules.push("pooler.dense".into());
+    let alpha = first.scale * first.rank as f64;
+    let config = serde_json::json!({
+        "peft_type": "LORA",
+        "task_type": null,
+        "r": first.rank,
+        "lora_alpha": alpha,
+        "target_modules": suffixes(&modules, &linear_modules),
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": false,
+        "modules_to_save": if modules_to_save.is_empty() { None } else { Some(&modules_to_save) },
+        "base_model_name_or_path": base.map(|b| b.display().to_string()),
+        "inference_mode": true,
+        "init_lora_weights": true,
+        "use_rslora": false,
+        "use_dora": false,
+        "layers_to_transform": null,
+        "layers_pattern": null,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "revision": null,
+    });
+    // The head: torch.nn.Linear's layout.
+    let head = &p.head.linear;
+    let [hidden, classes] = head.weight.shape().dims();
+    let head_path = format!("blocks.{}.linear", layers + 1);
+    let mut head_tensors = vec![(
+        "weight".to_string(),
+        vec![classes, hidden],
+        transpose(&now[&format!("{head_path}.weight")], hidden, classes),
+    )];
+    if let Some(b) = now.get(&format!("{head_path}.bias")) {
+        head_tensors.push(("bias".into(), vec![classes], b.clone()));
+    }
+    let head_config = serde_json::json!({
+        "pooling": p.head.pooling,
+        "pad_token_id": p.embeddings.pad_id,
+        "hidden": hidden,
+        "classes": classes,
+        "weights": HEAD_FILE,
+        "about": "engram's classifier: pool BertModel's last hidden state (cls: the first token's; mean: over tokens whose id is not pad_token_id), then logits = pooled @ weight.T + bias",
+    });
+    let json = |v: &serde_json::Value| {
+        let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+        s.push('\n');
+        s
+    };
+    crate::fsutil::write_atomic(&dir.join(ADAPTER_FILE), &safetensors_bytes(&tensors))?;
+    crate::fsutil::write_atomic(&dir.join(CONFIG_FILE), json(&config).as_bytes())?;
+    crate::fsutil::write_atomic(&dir.join(HEAD_FILE), &safetensors_bytes(&head_tensors))?;
+    crate::fsutil::write_atomic(&dir.join(HEAD_CONFIG), json(&head_config).as_bytes())?;
+    Ok(Exported {
+        modules,
+        modules_to_save,
+        rank: first.rank,
+        alpha,
+    })
+}
+
+/// Why [`load`] refused an adapter directory: a message and a hint, for an error positioned at
+/// `[model] adapter`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadError {
+    /// What is wrong, naming the file and the key.
+    pub message: String,
+    /// What to do.
+    pub hint: Option<String>,
+}
+
+fn refuse(message: String, hint: Option<String>) -> LoadError {
+    LoadError { message, hint }
+}
+
+/// Loads the PEFT adapter directory `dir` into `model`, engram's BERT with adapters attached
+/// by the `lora` memory strategy: each `lora_A`/`lora_B` (transposed back) into the layer's
+/// `lora.a`/`lora.b`, each `modules_to_save` tensor into its layer, and, when the directory
+/// has [`HEAD_FILE`] (engram's export), the classifier.
+///
+/// The adapters must be the run's: the same rank `r`, the same `α/r`, and the same layers
+/// (each adapted layer has its factors in the file, and each factor in the file names an
+/// adapted layer), so `targets`, `rank` and `alpha` are written in the `lora` entry rather than
+/// derived from the file: the entry is what the run reports and checkpoints, and a file that
+/// disagrees with it is a mistake worth a message.
+///
+/// # Errors
+/// [`LoadError`] for a missing or unreadable file, a config that is not a plain LoRA one
+/// (`peft_type`, `use_dora`, `fan_in_fan_out`, `bias`), a model without adapters, a rank or
+/// `lora_alpha` that differs from the run's, a key that names no module of this BERT or no
+/// adapted one, a shape that does not fit, and an adapted layer the file has no factors for.
+pub fn load(model: Model, dir: &Path) -> std::result::Result<Model, LoadError> {
+    let cfg_path = dir.join(CONFIG_FILE);
+    let text = crate::fsutil::read_bounded(&cfg_path, 1 << 20)
+        .map_err(|e| refuse(format!("{}: {e}", cfg_path.display()), Some(format!("an adapter directory holds {CONFIG_FILE} and {ADAPTER_FILE}, as `engram export --peft` and PEFT's save_pretrained write them"))))?;
+    let c: serde_json::Value = serde_json::from_slice(&text)
+        .map_err(|e| refuse(format!("{}: not JSON: {e}", cfg_path.display()), None))?;
+    let field = |k: &str| &c[k];
+    if field("peft_type").as_str() != Some("LORA")
+        || field("use_dora").as_bool() == Some(true)
+        || field("fan_in_fan_out").as_bool() == Some(true)
+        || field("bias").as_str().is_some_and(|b| b != "none")
+    {
+        return Err(refuse(
+            format!(
+                "{}: engram loads plain LoRA adapters (peft_type \"LORA\", no DoRA, \
+                 fan_in_fan_out false, bias \"none\")",
+                cfg_path.display()
+            ),
+            None,
+        ));
+    }
+    let (Some(r), Some(alpha)) = (field("r").as_u64(), field("lora_alpha").as_f64()) else {
+        return Err(refuse(
+            format!("{}: no r or lora_alpha", cfg_path.display()),
+            None,
+        ));
+    };
+    let r = r as usize;
+    let adapted = adapted(&model).map_err(|e| refuse(e.to_string(), None))?;
+    let Some(first) = adapted.first() else {
+        return Err(refuse(
+            "`adapter` loads LoRA factors, and this run attaches none".into(),
+            Some(format!(
+                "add [[memory]] type = \"lora\" with rank = {r}, alpha = {alpha} and the \
+                 adapter's target_modules as targets"
+            )),
+        ));
+    };
+    if first.rank != r {
+        return Err(refuse(
+            format!(
+                "{} has r = {r} and the run's lora adapters rank {}",
+                cfg_path.display(),
+                first.rank
+            ),
+            Some(format!("set rank = {r} in [[memory]] type = \"lora\"")),
+        ));
+    }
+    if (first.scale - alpha / r as f64).abs() > 1e-9 * first.scale.abs() {
+        return Err(refuse(
+            format!(
+                "{} has lora_alpha = {alpha} and the run's lora alpha = {}",
+                cfg_path.display(),
+                first.scale * r as f64
+            ),
+            Some(format!("set alpha = {alpha} in [[memory]] type = \"lora\"")),
+        ));
+    }
+    let p = parts(&model).ok_or_else(|| refuse("not a BERT model".into(), None))?;
+    let layers = p.layers.len();
+    let head_path = format!("blocks.{}.linear", layers + 1);
+    let names = param_names(layers);
+    let shapes: HashMap<String, Vec<usize>> = model
+        .params()
+        .into_iter()
+        .map(|i| (i.path, i.shape))
+        .collect();
+    let file = dir.join(ADAPTER_FILE);
+    let tensors = read_safetensors(&file).map_err(|m| refuse(m, None))?;
+    let mut new: HashMap<String, Vec<f32>> = HashMap::new();
+    let targets: Vec<&str> = adapted.iter().map(|a| a.module.as_str()).collect();
+    let no_module = |key: &str, why: &str| {
+        refuse(
+            format!("{}: key {key} {why}", file.display()),
+            Some(format!(
+                "the run adapts {}; give the lora entry the adapter's targets",
+                targets.join(", ")
+            )),
+        )
+    };
+    for (key, (shape, v)) in &tensors {
+        let Some(name) = key.strip_prefix(PREFIX) else {
+            return Err(no_module(key, &format!("does not start with {PREFIX}")));
+        };
+        let factor = [(".lora_A.weight", "a"), (".lora_B.weight", "b")]
+            .into_iter()
+            .find_map(|(s, f)| name.strip_suffix(s).map(|m| (m, f)));
+        let (path, want, values) = if let Some((hf, f)) = factor {
+            let Some(n) = names
+                .iter()
+                .find(|n| n.kind == Kind::LinearWeight && module_of(&n.hf) == hf)
+            else {
+                return Err(no_module(key, "names no Linear module of this BERT"));
+            };
+            let module = module_of(&n.engram);
+            let Some(a) = adapted.iter().find(|a| a.module == module) else {
+                return Err(no_module(
+                    key,
+                    &format!("names {module}, which this run does not adapt"),
+                ));
+            };
+            let [d_in, d_out] = a.shape;
+            let (want, values) = if f == "a" {
+                (vec![r, d_in], transpose(v, r, d_in))
+            } else {
+                (vec![d_out, r], transpose(v, d_out, r))
+            };
+            (format!("{module}.weight.lora.{f}"), want, values)
+        } else {
+            let Some(n) = names.iter().find(|n| n.hf == name) else {
+                return Err(no_module(key, "names no parameter of this BERT"));
+            };
+            let s = shapes.get(&n.engram).cloned().unwrap_or_default();
+            match (n.kind, s.as_slice()) {
+                (Kind::LinearWeight, [i, o]) => {
+                    (n.engram.clone(), vec![*o, *i], transpose(v, *o, *i))
+                }
+                _ => (n.engram.clone(), s, v.clone()),
+            }
+        };
+        if *shape != want {
+            return Err(refuse(
+                format!(
+                    "{}: {key} is {shape:?}, where this model needs {want:?}",
+                    file.display()
+                ),
+                Some("the adapter was trained on another geometry or rank".into()),
+            ));
+        }
+        new.insert(path, values);
+    }
+    for a in &adapted {
+        for f in ["a", "b"] {
+            if !new.contains_key(&format!("{}.weight.lora.{f}", a.module)) {
+                return Err(refuse(
+                    format!(
+                        "{} has no lora_{} for {}, which the run adapts",
+                        file.display(),
+                        f.to_uppercase(),
+                        a.module
+                    ),
+                    Some(format!(
+                        "set the lora entry's targets to the adapter's target_modules ({})",
+                        c["target_modules"]
+                    )),
+                ));
+            }
+        }
+    }
+    let head_file = dir.join(HEAD_FILE);
+    if head_file.exists() {
+        let head = read_safetensors(&head_file).map_err(|m| refuse(m, None))?;
+        let [hidden, classes] = p.head.linear.weight.shape().dims();
+        for (name, want) in [("weight", vec![classes, hidden]), ("bias", vec![classes])] {
+            let Some((shape, v)) = head.get(name) else {
+                continue;
+            };
+            if *shape != want {
+                return Err(refuse(
+                    format!(
+                        "{}: {name} is {shape:?}, where this model's head needs {want:?}",
+                        head_file.display()
+                    ),
+                    Some(
+                        "the stream's classes or the model's width differ from the exported run's"
+                            .into(),
+                    ),
+                ));
+            }
+            let values = if name == "weight" {
+                transpose(v, classes, hidden)
+            } else {
+                v.clone()
+            };
+            new.insert(format!("{head_path}.{name}"), values);
+        }
+    }
+    Ok(model.update_params(&mut |info, t| {
+        new.remove(&info.path).map(|v| {
+            let n = v.len();
+            Tensor::<1>::from_data(TensorData::new(v, [n]), &t.device()).cast(t.dtype())
+        })
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`param_names`] is [`super::super::hf::remap`] read backwards: each `BertModel` name,
+    /// renamed by the loader's patterns (and `LayerNorm`'s weight/bias read as gamma/beta),
+    /// is engram's.
+    #[test]
+    fn param_names_invert_the_loaders_remap() {
+        let remap = super::super::hf::remap(3);
+        let names = param_names(3);
+        assert_eq!(names.len(), 5 + 3 * 16);
+        for n in &names {
+            let mut s = n.hf.clone();
+            for [from, to] in &remap {
+                s = regex::Regex::new(from)
+                    .unwrap()
+                    .replace(&s, to.as_str())
+                    .into_owned();
+            }
+            if n.hf.contains("LayerNorm") {
+                s = s.replace(".weight", ".gamma").replace(".bias", ".beta");
+            }
+            assert_eq!(s, n.engram, "{}", n.hf);
+        }
+    }
+
+    /// The suffixes pick exactly the chosen modules: `query` alone where it is unique,
+    /// `attention.output.dense` where `output.dense` would take the FFN's output as well.
+    #[test]
+    fn suffixes_pick_exactly_the_chosen_modules() {
+        let all: Vec<String> = [
+            "encoder.layer.0.attention.self.query",
+            "encoder.layer.0.attention.output.dense",
+            "encoder.layer.0.output.dense",
+            "encoder.layer.1.attention.self.query",
+            "encoder.layer.1.attention.output.dense",
+            "encoder.layer.1.output.dense",
+            "pooler.dense",
+        ]
+        .map(String::from)
+        .to_vec();
+        let pick =
+            |c: &[&str]| suffixes(&c.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &all);
+        assert_eq!(
+            pick(&[
+                "encoder.layer.0.attention.self.query",
+                "encoder.layer.1.attention.self.query",
+                "encoder.layer.0.attention.output.dense",
+                "encoder.layer.1.attention.output.dense"
+            ]),
+            ["query", "attention.output.dense"]
+        );
+        assert_eq!(
+            pick(&["encoder.layer.1.output.dense"]),
+            ["layer.1.output.dense"]
+        );
+    }
+
+    #[test]
+    fn transpose_and_safetensors_round_trip() {
+        assert_eq!(
+            transpose(&[1., 2., 3., 4., 5., 6.], 2, 3),
+            [1., 4., 2., 5., 3., 6.]
+        );
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("t.safetensors");
+        let t = vec![
+            ("x".to_string(), vec![2, 3], vec![1., 2., 3., 4., 5., 6.]),
+            ("y".to_string(), vec![1], vec![-0.5]),
+        ];
+        std::fs::write(&f, safetensors_bytes(&t)).unwrap();
+        let back = read_safetensors(&f).unwrap();
+        assert_eq!(back["x"], (vec![2, 3], vec![1., 2., 3., 4., 5., 6.]));
+        assert_eq!(back["y"], (vec![1], vec![-0.5]));
+        std::fs::write(&f, b"\xff\xff\xff\xff\xff\xff\xff\x7fxx").unwrap();
+        assert!(
+            read_safetensors(&f)
+                .unwrap_err()
+                .contains("not a safetensors")
+        );
+    }
+}
