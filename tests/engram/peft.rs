@@ -27,8 +27,9 @@ fn base() -> PathBuf {
 }
 
 /// A two-class corpus, and a config training `base()` with LoRA (rank 2, α 4, the attention
-/// output norms in full) for one epoch; `model_extra` and `lora_extra` are appended to the
-/// `[model]` and `[[memory]]` sections.
+/// output norms in full) and mean pooling for one epoch; `model_extra` and `lora_extra` are
+/// appended to the `[model]` and `[[memory]]` sections (a `pooling` in `model_extra` replaces
+/// the mean).
 fn config(dir: &Path, name: &str, model_extra: &str, lora_extra: &str) -> PathBuf {
     for (class, words) in [
         ("business", "shares fell as the bank reported"),
@@ -47,11 +48,16 @@ fn config(dir: &Path, name: &str, model_extra: &str, lora_extra: &str) -> PathBu
             "[run]\nseed = 0\n[data]\nformat = \"text-folder\"\npath = \"corpus\"\n\
              scenario = \"class-incremental\"\ntasks = 1\nclasses_per_task = 2\n\
              [data.options]\ntokenizer = \"{tok}\"\nmax_len = 12\ntest_fraction = 0.5\n\
-             [model]\ntype = \"bert\"\ninit = \"{init}\"\npooling = \"mean\"\n{model_extra}\
+             [model]\ntype = \"bert\"\ninit = \"{init}\"\n{pooling}{model_extra}\
              [optimizer]\ntype = \"adamw\"\nlr = 0.01\n[train]\nepochs = 1\nbatch_size = 4\n\
              [[memory]]\ntype = \"lora\"\nrank = 2\nalpha = 4.0\ntrain = [\"norm1\"]\n{lora_extra}",
             tok = base().join("tokenizer.json").display(),
             init = base().display(),
+            pooling = if model_extra.contains("pooling") {
+                ""
+            } else {
+                "pooling = \"mean\"\n"
+            },
         ),
     )
     .unwrap();
@@ -104,8 +110,15 @@ fn params(model: &Model) -> HashMap<String, Vec<f32>> {
 
 #[test]
 fn peft_export_has_peft_keys_and_loads_back_to_the_same_logits() {
+    round_trip("pooling = \"mean\"\n");
+    round_trip("pooling = \"cls\"\n");
+}
+
+/// The export's keys, config and factors, `[model] adapter`'s exact round trip and, with
+/// `ENGRAM_PEFT_PYTHON`, PEFT's logits, for a run whose `[model]` has `pooling`.
+fn round_trip(pooling: &str) {
     let d = tempfile::tempdir().unwrap();
-    let cfg = config(d.path(), "run.toml", "", "");
+    let cfg = config(d.path(), "run.toml", pooling, "");
     let out = d.path().join("out");
     let (code, log) = run_quiet(&cfg, &out, &[], &[]);
     assert_eq!(code, 0, "{log}");
@@ -145,6 +158,23 @@ fn peft_export_has_peft_keys_and_loads_back_to_the_same_logits() {
         );
     }
 
+    // The head, beside it: its pooling, and PyTorch's Linear layout.
+    let head: Value =
+        serde_json::from_slice(&std::fs::read(dir.join(peft::HEAD_CONFIG)).unwrap()).unwrap();
+    assert!(
+        pooling.contains(head["pooling"].as_str().unwrap()),
+        "{head}"
+    );
+    assert_eq!(
+        (head["classes"].as_u64(), head["pad_token_id"].as_u64()),
+        (Some(2), Some(0))
+    );
+    let head_tensors = peft::read_safetensors(&dir.join(peft::HEAD_FILE)).unwrap();
+    assert_eq!(
+        head_tensors["weight"].0,
+        [2, head["hidden"].as_u64().unwrap() as usize]
+    );
+
     // The factors are engram's transposed: PEFT's update (α/r)·lora_B·lora_A [d_out, d_in] is
     // engram's (α/r)·A·B [d_in, d_out] transposed, and it is not zero (B trained).
     let model = checkpoint_model(&out);
@@ -182,7 +212,7 @@ fn peft_export_has_peft_keys_and_loads_back_to_the_same_logits() {
     let back = config(
         d.path(),
         "back.toml",
-        &format!("adapter = \"{}\"\n", dir.display()),
+        &format!("{pooling}adapter = \"{}\"\n", dir.display()),
         "",
     );
     let loaded = engram::core::config::LoadedConfig::load(&back, &[]).unwrap();
