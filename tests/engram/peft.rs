@@ -247,7 +247,8 @@ fn round_trip(pooling: &str) {
 }
 
 /// Bad requests are usage or config errors (exit 2) that say what to do: both targets, a
-/// layout with --peft, a run without adapters, a non-empty directory; an adapter whose rank,
+/// layout with --peft, a run without adapters, a non-empty directory, adapters merged into the
+/// base or on an embedding (no directory left behind); an adapter whose rank,
 /// layers or directory do not match the run, at `[model] adapter`'s line.
 #[test]
 fn peft_export_and_adapter_refuse_bad_requests() {
@@ -309,6 +310,33 @@ fn peft_export_and_adapter_refuse_bad_requests() {
         "{log}"
     );
     assert!(!none.exists());
+
+    // Adapters PEFT's BertModel adapter cannot hold, or on a base that moved: refused.
+    for (name, lora, says) in [
+        ("merged.toml", "merge = \"task\"\n", "merge = \"task\""),
+        (
+            "embedding.toml",
+            "targets = [\"word\"]\n",
+            "an embedding or the head",
+        ),
+    ] {
+        let c = config(d.path(), name, "", lora);
+        let run_out = d.path().join(name.trim_end_matches(".toml"));
+        let (code, log) = run_quiet(&c, &run_out, &[], &[]);
+        assert_eq!(code, 0, "{log}");
+        let (code, log) = run(&[
+            "export",
+            run_out.to_str().unwrap(),
+            "--peft",
+            none.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 2, "{name}: {log}");
+        assert!(
+            log.contains(says) && log.contains("--safetensors"),
+            "{name}: {log}"
+        );
+        assert!(!none.exists(), "{name}");
+    }
 
     // `[model] adapter` that does not fit the run: positioned at its line (line 14).
     let adapter = format!("adapter = \"{a}\"\n");
