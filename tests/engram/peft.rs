@@ -381,4 +381,28 @@ fn peft_export_and_adapter_refuse_bad_requests() {
             "{name}: {log}"
         );
     }
+    // An rsLoRA adapter scales by α/√r, which engram's adapter does not: refused.
+    let rs = d.path().join("rs");
+    std::fs::create_dir(&rs).unwrap();
+    for f in [peft::ADAPTER_FILE, peft::CONFIG_FILE] {
+        std::fs::copy(dir.join(f), rs.join(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(rs.join(peft::CONFIG_FILE)).unwrap();
+    std::fs::write(
+        rs.join(peft::CONFIG_FILE),
+        text.replace("\"use_rslora\": false", "\"use_rslora\": true"),
+    )
+    .unwrap();
+    let c = config(
+        d.path(),
+        "rs.toml",
+        &format!("adapter = \"{}\"\n", rs.display()),
+        "",
+    );
+    let (code, log) = run(&["validate", c.to_str().unwrap()]);
+    assert_eq!(code, 2, "{log}");
+    assert!(
+        log.contains("rs.toml:17:") && log.contains("rsLoRA"),
+        "{log}"
+    );
 }

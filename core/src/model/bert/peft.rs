@@ -578,7 +578,8 @@ fn refuse(message: String, hint: Option<String>) -> LoadError {
 ///
 /// # Errors
 /// [`LoadError`] for a missing or unreadable file, a config that is not a plain LoRA one
-/// (`peft_type`, `use_dora`, `fan_in_fan_out`, `bias`), a model without adapters, a rank or
+/// (`peft_type`, `use_dora`, `use_rslora`, `fan_in_fan_out`, `bias`, `rank_pattern`,
+/// `alpha_pattern`), a model without adapters, a rank or
 /// `lora_alpha` that differs from the run's, a key that names no module of this BERT or no
 /// adapted one, a shape that does not fit, and an adapted layer the file has no factors for.
 pub fn load(model: Model, dir: &Path) -> std::result::Result<Model, LoadError> {
@@ -588,15 +589,20 @@ pub fn load(model: Model, dir: &Path) -> std::result::Result<Model, LoadError> {
     let c: serde_json::Value = serde_json::from_slice(&text)
         .map_err(|e| refuse(format!("{}: not JSON: {e}", cfg_path.display()), None))?;
     let field = |k: &str| &c[k];
+    let nonempty = |k: &str| field(k).as_object().is_some_and(|o| !o.is_empty());
     if field("peft_type").as_str() != Some("LORA")
         || field("use_dora").as_bool() == Some(true)
+        || field("use_rslora").as_bool() == Some(true)
         || field("fan_in_fan_out").as_bool() == Some(true)
         || field("bias").as_str().is_some_and(|b| b != "none")
+        || nonempty("rank_pattern")
+        || nonempty("alpha_pattern")
     {
         return Err(refuse(
             format!(
-                "{}: engram loads plain LoRA adapters (peft_type \"LORA\", no DoRA, \
-                 fan_in_fan_out false, bias \"none\")",
+                "{}: engram loads plain LoRA adapters (peft_type \"LORA\", no DoRA or \
+                 rsLoRA, fan_in_fan_out false, bias \"none\", one r and lora_alpha for every \
+                 layer: no rank_pattern or alpha_pattern)",
                 cfg_path.display()
             ),
             None,
