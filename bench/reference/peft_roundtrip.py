@@ -3,13 +3,17 @@
 
 Two commands:
 
-    peft_roundtrip.py fixture OUT.json
+    peft_roundtrip.py fixture OUT.json ADAPTER_DIR
         Wraps the tiny BertModel of tests/data/bert-tiny with PEFT's get_peft_model
         (LoraConfig r=2, lora_alpha=4, target_modules ["query", "value"], modules_to_save both
         layers' attention.output.LayerNorm: what tests/engram/peft.rs's run trains), saves it
         with save_pretrained and writes what PEFT wrote: every key of adapter_model.safetensors
         with its shape, and the fields of adapter_config.json engram writes too. The test holds
         `engram export --peft`'s keys, shapes and config against this file.
+        Then the same config with random factors (init_lora_weights=False, seed 0, so B is not
+        zero) and the saved norms moved (weight + 0.1, bias - 0.05) is saved to ADAPTER_DIR,
+        and OUT.json's `reference` holds PEFT's mean-pooled last hidden state [3, 32] on three
+        padded id rows: engram's `[model] adapter = ADAPTER_DIR` must give the same vectors.
 
     peft_roundtrip.py compare PEFT_DIR PROBE.json [--base DIR]
         Loads the base BertModel (--base, else the adapter's base_model_name_or_path),
@@ -21,7 +25,8 @@ Two commands:
 
 Usage (torch, transformers and peft are references only, never engram dependencies):
     /tmp/venv-ref/bin/pip install torch==2.15.0 transformers==5.25.0 peft==0.21.2
-    /tmp/venv-ref/bin/python bench/reference/peft_roundtrip.py fixture tests/data/peft-keys.json
+    /tmp/venv-ref/bin/python bench/reference/peft_roundtrip.py fixture \
+        tests/data/peft-keys.json tests/data/peft-tiny-adapter
 """
 
 import json
@@ -39,7 +44,7 @@ CONFIG_FIELDS = [
 ]
 
 
-def fixture(out):
+def fixture(out, adapter_dir):
     import peft
     import transformers
     from peft import LoraConfig, get_peft_model
@@ -73,10 +78,56 @@ def fixture(out):
         "keys": keys,
         "config": fields,
     }
+    result["reference"] = adapter_reference(adapter_dir, config)
     with open(out, "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write("\n")
-    print(f"{out}: {len(keys)} keys")
+    print(f"{out}: {len(keys)} keys; {adapter_dir}: a random adapter")
+
+
+# Three id rows of max_len 12 within bert-tiny's vocabulary of 99, padded with 0 (the test's).
+IDS = [
+    [2, 40, 41, 42, 43, 44, 3, 0, 0, 0, 0, 0],
+    [2, 50, 61, 72, 83, 94, 15, 26, 37, 48, 59, 3],
+    [2, 7, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+]
+
+
+def adapter_reference(adapter_dir, config):
+    """A random PEFT adapter saved to adapter_dir, and its mean-pooled outputs on IDS."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    base = BertModel.from_pretrained(TINY, attn_implementation="eager")
+    kwargs = config.to_dict()
+    kwargs.update(init_lora_weights=False)
+    for k in ["peft_type", "revision", "task_type", "base_model_name_or_path", "auto_mapping",
+              "inference_mode", "peft_version"]:
+        kwargs.pop(k, None)
+    model = get_peft_model(base, LoraConfig(**kwargs))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "modules_to_save" in name:
+                p.add_(0.1 if name.endswith("weight") else -0.05)
+    model.save_pretrained(adapter_dir)
+    # The model card PEFT adds is not needed; the base is named relative to the repository.
+    os.remove(os.path.join(adapter_dir, "README.md"))
+    cfg_file = os.path.join(adapter_dir, "adapter_config.json")
+    with open(cfg_file) as f:
+        saved = json.load(f)
+    saved["base_model_name_or_path"] = "tests/data/bert-tiny"
+    with open(cfg_file, "w") as f:
+        json.dump(saved, f, indent=2, sort_keys=True)
+        f.write("\n")
+    model.eval()
+    ids = torch.tensor(IDS)
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        m = mask.unsqueeze(-1).float()
+        mean = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+    return {"ids": IDS, "mean": [[round(v, 7) for v in row] for row in mean.tolist()]}
 
 
 def compare(peft_dir, probe_file, base_dir=None):
@@ -114,8 +165,8 @@ def compare(peft_dir, probe_file, base_dir=None):
 
 
 def main(argv):
-    if len(argv) == 3 and argv[1] == "fixture":
-        fixture(argv[2])
+    if len(argv) == 4 and argv[1] == "fixture":
+        fixture(argv[2], argv[3])
     elif len(argv) in (4, 6) and argv[1] == "compare":
         base = argv[5] if len(argv) == 6 and argv[4] == "--base" else None
         if compare(argv[2], argv[3], base) > 1e-4:

@@ -3,7 +3,8 @@
 //! Hugging Face PEFT adapter directory whose keys, shapes and config are the ones PEFT itself
 //! writes (tests/data/peft-keys.json, from bench/reference/peft_roundtrip.py), whose factors
 //! are engram's transposed (the same weight update), and which `[model] adapter` loads back to
-//! the same logits. With `ENGRAM_PEFT_PYTHON` (a Python with torch, transformers and peft)
+//! the same logits; and an adapter PEFT itself saved (tests/data/peft-tiny-adapter) loads to
+//! PEFT's outputs. With `ENGRAM_PEFT_PYTHON` (a Python with torch, transformers and peft)
 //! PEFT itself loads the export and its logits are compared (≤ 1e-4); `ENGRAM_PEFT_BASE=DIR`
 //! runs the same on another BERT directory (MiniLM).
 
@@ -405,4 +406,68 @@ fn peft_export_and_adapter_refuse_bad_requests() {
         log.contains("rs.toml:17:") && log.contains("rsLoRA"),
         "{log}"
     );
+}
+
+/// Theirs reach engram: the random adapter PEFT saved for bert-tiny
+/// (tests/data/peft-tiny-adapter, factors and saved norms all moved from the base), loaded by
+/// `[model] adapter` into a run's `lora` adapters, gives PEFT's mean-pooled last hidden state
+/// (tests/data/peft-keys.json's `reference`, from bench/reference/peft_roundtrip.py) within
+/// 1e-5.
+#[test]
+fn an_adapter_peft_saved_loads_to_peft_outputs() {
+    use engram::core::model::bert::{Pooling, pool};
+    if std::env::var_os("ENGRAM_PEFT_BASE").is_some() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let adapter = data("peft-tiny-adapter");
+    let cfg = config(
+        d.path(),
+        "theirs.toml",
+        &format!("adapter = \"{}\"\n", adapter.display()),
+        "",
+    );
+    let fixture: Value =
+        serde_json::from_slice(&std::fs::read(data("peft-keys.json")).unwrap()).unwrap();
+    let r = &fixture["reference"];
+    let ids: Vec<Vec<i64>> = serde_json::from_value(r["ids"].clone()).unwrap();
+    assert_eq!(ids, probe_ids());
+    let want: Vec<f64> = r["mean"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
+        .collect();
+    // The fresh run's model from `cfg`: its mean-pooled encoder output's largest difference
+    // from PEFT's.
+    let worst_of = |cfg: &Path| {
+        let loaded = engram::core::config::LoadedConfig::load(cfg, &[]).unwrap();
+        let prepared = engram::core::train::trainer::prepare(loaded, &engram::registry()).unwrap();
+        let (model, _) = prepared.build_initial_model(&prepared.device).unwrap();
+        let flat: Vec<f32> = ids.iter().flatten().map(|&i| i as f32).collect();
+        let x = Tensor::<2>::from_data(TensorData::new(flat, [3, 12]), &Device::flex());
+        let n = model.num_blocks();
+        let Activation::Tokens { hidden, mask } =
+            model.forward_range(0..n - 1, Activation::Flat(x), &ForwardCtx::evaluation(None))
+        else {
+            panic!("the encoder gives tokens");
+        };
+        let got = pool(hidden, &mask, Pooling::Mean)
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .unwrap();
+        assert_eq!(got.len(), want.len());
+        got.iter()
+            .zip(&want)
+            .map(|(g, w)| (f64::from(*g) - w).abs())
+            .fold(0f64, f64::max)
+    };
+    let worst = worst_of(&cfg);
+    // Without the adapter the vectors differ: the check can fail.
+    let off = worst_of(&config(d.path(), "base.toml", "", ""));
+    println!(
+        "PEFT's own adapter in engram: max abs pooled difference {worst:.3e} (without it {off:.3e})"
+    );
+    assert!(worst <= 1e-5 && off > 1e-2, "{worst} {off}");
 }
