@@ -296,36 +296,30 @@ type Named = (String, Vec<usize>, Vec<f32>);
 /// A safetensors file's tensors by name: shape and values (row-major, as `f32`).
 pub type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 
-/// The bytes of a safetensors file holding `tensors` as `F32`.
+/// The bytes of a safetensors file holding `tensors` as `F32` (the `safetensors` crate's
+/// writer, with PyTorch's `format = "pt"` metadata as PEFT writes it).
 pub fn safetensors_bytes(tensors: &[Named]) -> Vec<u8> {
-    let mut header = serde_json::Map::new();
-    header.insert("__metadata__".into(), serde_json::json!({ "format": "pt" }));
-    let mut offset = 0usize;
-    for (name, shape, v) in tensors {
-        let end = offset + 4 * v.len();
-        header.insert(
-            name.clone(),
-            serde_json::json!({ "dtype": "F32", "shape": shape, "data_offsets": [offset, end] }),
-        );
-        offset = end;
-    }
-    let mut h = serde_json::to_vec(&header).unwrap_or_default();
-    while !h.len().is_multiple_of(8) {
-        h.push(b' ');
-    }
-    let mut out = Vec::with_capacity(8 + h.len() + offset);
-    out.extend_from_slice(&(h.len() as u64).to_le_bytes());
-    out.extend_from_slice(&h);
-    for (_, _, v) in tensors {
-        for x in v {
-            out.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-    out
+    let raw: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(n, shape, v)| {
+            (
+                n.clone(),
+                shape.clone(),
+                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            )
+        })
+        .collect();
+    let views = raw.iter().filter_map(|(n, shape, b)| {
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), b)
+            .ok()
+            .map(|v| (n.clone(), v))
+    });
+    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::serialize(views, Some(meta)).unwrap_or_default()
 }
 
 /// The tensors of a safetensors file (`F32` or `BF16`, read as `f32`), by name: shape and
-/// values.
+/// values (the `safetensors` crate's reader, which checks the header, offsets and sizes).
 ///
 /// # Errors
 /// A message naming `path` when it cannot be read, is not safetensors, or holds another
@@ -333,64 +327,28 @@ pub fn safetensors_bytes(tensors: &[Named]) -> Vec<u8> {
 pub fn read_safetensors(path: &Path) -> std::result::Result<Tensors, String> {
     let bytes = crate::fsutil::read_bounded(path, crate::fsutil::MAX_DATA_BYTES)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    let bad = |why: &str| format!("{}: not a safetensors file ({why})", path.display());
-    let n = bytes
-        .get(..8)
-        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as usize)
-        .ok_or_else(|| bad("shorter than its header"))?;
-    let header = bytes
-        .get(8..8usize.saturating_add(n))
-        .ok_or_else(|| bad("the header runs past the end"))?;
-    let data = &bytes[8 + n..];
-    let header: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(header).map_err(|e| bad(&e.to_string()))?;
+    let file = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|e| format!("{}: not a safetensors file ({e})", path.display()))?;
     let mut out = BTreeMap::new();
-    for (name, v) in header {
-        if name == "__metadata__" {
-            continue;
-        }
-        let dtype = v["dtype"].as_str().unwrap_or("");
-        let shape: Vec<usize> = v["shape"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|d| d.as_u64())
-                    .map(|d| d as usize)
-                    .collect()
-            })
-            .ok_or_else(|| bad(&format!("{name} has no shape")))?;
-        let offsets: Vec<usize> = v["data_offsets"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|d| d.as_u64())
-                    .map(|d| d as usize)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        let (width, read): (usize, fn(&[u8]) -> f32) = match dtype {
-            "F32" => (4, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            "BF16" => (2, |b| {
-                f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
-            }),
+    for (name, view) in file.tensors() {
+        let data = view.data();
+        let values: Vec<f32> = match view.dtype() {
+            safetensors::Dtype::F32 => data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            safetensors::Dtype::BF16 => data
+                .chunks_exact(2)
+                .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
+                .collect(),
             other => {
                 return Err(format!(
-                    "{}: {name} is {other}; engram reads F32 or BF16 adapters",
+                    "{}: {name} is {other:?}; engram reads F32 or BF16 adapters",
                     path.display()
                 ));
             }
         };
-        let raw = match (offsets.as_slice(), numel) {
-            ([s, e], Some(k)) if e >= s && e - s == k.saturating_mul(width) => data.get(*s..*e),
-            _ => None,
-        }
-        .ok_or_else(|| {
-            bad(&format!(
-                "{name}'s offsets do not fit its shape or the file"
-            ))
-        })?;
-        out.insert(name, (shape, raw.chunks_exact(width).map(read).collect()));
+        out.insert(name, (view.shape().to_vec(), values));
     }
     Ok(out)
 }
