@@ -59,6 +59,8 @@ pub struct OLora {
     /// Adapted weight's path (`blocks.1.attention.query.weight`) → the `A [d_in, r]` of each
     /// finished task, in task order.
     past: BTreeMap<String, Vec<Tensor<2>>>,
+    /// The config entry it came from (positions its errors about the run's setup).
+    src: Option<ParamSource>,
 }
 
 /// `(weight path, A or B, shape, flat value)` of every adapter factor of `model`.
@@ -83,6 +85,7 @@ impl OLora {
         Self {
             p,
             past: BTreeMap::new(),
+            src: None,
         }
     }
 
@@ -130,9 +133,12 @@ impl ForgettingStrategy for OLora {
         };
         let now = factors(cx.model);
         if !now.iter().any(|(_, f, ..)| *f == 'a') {
-            return Err(err(
-                "the model has no LoRA adapters: add [[memory]] type = \"lora\" with merge = \"task\"",
-            ));
+            let message = "o-lora keeps each task's LoRA adapter orthogonal to the earlier ones, and the model has no LoRA adapters";
+            let hint = "add [[memory]] type = \"lora\" with merge = \"task\" to the config";
+            return Err(match &self.src {
+                Some(src) => src.key_error("type", message.into(), Some(hint.into())),
+                None => err(&format!("{message}: {hint}")),
+            });
         }
         // The current adapters must be new ones, not the last task's kept A (no merge).
         for (base, f, shape, v) in now {
@@ -234,7 +240,9 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn ForgettingStra
             ));
         }
     }
-    Ok(Box::new(OLora::new(p)))
+    let mut s = OLora::new(p);
+    s.src = Some(src.clone());
+    Ok(Box::new(s))
 }
 
 engram_core::component!(forgetting "o-lora", "O-LoRA: each task's LoRA adapter kept orthogonal to the earlier tasks' (Wang et al. 2023); with lora merge = \"task\"", OLoraParams, build);

@@ -88,6 +88,8 @@ pub struct PerTaskLora {
     experts: Vec<Expert>,
     /// What evaluation has computed (see [`Cache`]).
     cache: std::sync::Mutex<Cache>,
+    /// The config entry it came from (positions its errors about the run's setup).
+    src: Option<ParamSource>,
 }
 
 /// Answers that cannot change while the run goes on, by input row (a 64-bit hash of its
@@ -305,9 +307,12 @@ impl ForgettingStrategy for PerTaskLora {
             .iter()
             .any(|i| i.path.ends_with(".lora.a"))
         {
-            return Err(err(
-                "the model has no LoRA adapters: add [[memory]] type = \"lora\" (merge = \"none\")",
-            ));
+            let message = "per-task-lora keeps each task's LoRA adapter, and the model has none";
+            let hint = "add [[memory]] type = \"lora\" (merge = \"none\") to the config";
+            return Err(match &self.src {
+                Some(src) => src.key_error("type", message.into(), Some(hint.into())),
+                None => err(format!("{message}: {hint}")),
+            });
         }
         if self.origin.is_empty() {
             self.origin = cx
@@ -517,7 +522,9 @@ impl ForgettingStrategy for PerTaskLora {
 
 fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn ForgettingStrategy>> {
     let p: PerTaskLoraParams = src.parse()?;
-    Ok(Box::new(PerTaskLora::new(p, cx.seed, cx.batch_size)))
+    let mut s = PerTaskLora::new(p, cx.seed, cx.batch_size);
+    s.src = Some(src.clone());
+    Ok(Box::new(s))
 }
 
 engram_core::component!(forgetting "per-task-lora", "per-task adapters: a new LoRA adapter per task, earlier ones frozen, each input answered by the adapter of the task its prototype picks; with lora merge = \"none\"", PerTaskLoraParams, build);
@@ -744,7 +751,10 @@ mod tests {
             .before_task(&mut task_cx(&mut plain, &device, &info, &stream))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("no LoRA adapters"), "{e}");
+        assert!(
+            e.contains("the model has none") && e.contains("[[memory]]"),
+            "{e}"
+        );
         let mut l = lora("rank = 2\ntargets = [\"0.linear\"]\nmerge = \"task\"");
         let mut m = l.adapt(toy_model(&device)).unwrap();
         s.before_task(&mut task_cx(&mut m, &device, &info, &stream))

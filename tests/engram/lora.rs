@@ -344,6 +344,14 @@ fn per_task_lora_routes_by_prototype_resumes_and_evaluates() {
     );
     let (code, msg) = run_quiet(&cfg, &d.path().join("merged"), &[], &[]);
     assert_ne!(code, 0, "{msg}");
+    // Without lora at all: a config error at the entry (exit 2), before any step.
+    let cfg = config(d.path(), "[[forgetting]]\ntype = \"per-task-lora\"\n");
+    let (code, msg2) = run_quiet(&cfg, &d.path().join("bare"), &[], &[]);
+    assert_eq!(code, 2, "{msg2}");
+    assert!(
+        msg2.contains(".toml:") && msg2.contains("[[memory]] type = \"lora\""),
+        "{msg2}"
+    );
     assert!(
         msg.contains("merge = \\\"none\\\"") || msg.contains("merge = \"none\""),
         "{msg}"
