@@ -120,8 +120,9 @@ pub fn export(cli: &Cli, registry: &Registry, args: &ExportArgs) -> Result<()> {
         };
     };
     precheck(&args.checkpoint, path)?;
-    let (_, model, _) =
+    let (p, model, _) =
         trainer::load_checkpoint_model(&args.checkpoint, registry, args.device.as_deref())?;
+    refuse_partial(&p, &args.checkpoint)?;
     engram::outpath::write_file_with(
         path,
         "--safetensors",
@@ -132,6 +133,18 @@ pub fn export(cli: &Cli, registry: &Registry, args: &ExportArgs) -> Result<()> {
         println!("{}", path.display());
     }
     Ok(())
+}
+
+/// Refuses (exit 2) a run whose model alone is not its result: a forgetting strategy keeps
+/// what answers in its own state ([`engram::core::strategy::ForgettingStrategy::model_is_partial`]).
+fn refuse_partial(p: &trainer::Prepared, checkpoint: &Path) -> Result<()> {
+    match p.forgetting.iter().find_map(|s| s.model_is_partial()) {
+        Some(why) => Err(Error::Usage(format!(
+            "{}: not exported: {why}",
+            checkpoint.display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Refuses, before the checkpoint is loaded, a `--peft` directory that is the run's own (the
@@ -167,6 +180,7 @@ fn export_peft(cli: &Cli, registry: &Registry, args: &ExportArgs, dir: &Path) ->
     precheck_dir(&args.checkpoint, dir, args.overwrite)?;
     let (mut p, model, _) =
         trainer::load_checkpoint_model(&args.checkpoint, registry, args.device.as_deref())?;
+    refuse_partial(&p, &args.checkpoint)?;
     // Refused before anything is created: not BERT, or no adapters.
     if peft::adapted(&model)?.is_empty() {
         return Err(Error::Usage(format!(

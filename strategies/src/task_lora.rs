@@ -445,6 +445,12 @@ impl ForgettingStrategy for PerTaskLora {
         })
     }
 
+    fn model_is_partial(&self) -> Option<String> {
+        Some(
+            "per-task-lora keeps one expert (adapters and head) per task in its state and picks one for each input; the checkpoint's model holds only the fresh adapters of the next task. Evaluate the run with `engram eval`".into(),
+        )
+    }
+
     fn lm_refusal(&self) -> Option<LmRefusal> {
         Some(LmRefusal {
             key: "type",

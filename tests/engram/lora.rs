@@ -337,6 +337,18 @@ fn per_task_lora_routes_by_prototype_resumes_and_evaluates() {
     let line = msg.lines().find(|l| l.starts_with('{')).unwrap();
     let e: Value = serde_json::from_str(line).unwrap();
     assert_eq!(e["accuracy"], acc[1], "{msg}");
+    // The model alone is not the run's answer (the experts are in the strategy's state):
+    // exporting it either way is refused, and nothing is written.
+    for (flag, target) in [("--peft", "adapters"), ("--safetensors", "m.safetensors")] {
+        let t = d.path().join(target);
+        let (code, msg) = run(&["export", out.to_str().unwrap(), flag, t.to_str().unwrap()]);
+        assert_eq!(code, 2, "{flag}: {msg}");
+        assert!(
+            msg.contains("not exported: per-task-lora keeps one expert"),
+            "{msg}"
+        );
+        assert!(!t.exists(), "{flag}");
+    }
 
     let cfg = config(
         d.path(),

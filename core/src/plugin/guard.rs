@@ -130,6 +130,13 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
             self.inner.infer(model, input, task)
         })
     }
+    fn model_is_partial(&self) -> Option<String> {
+        // A plugin whose answer panics cannot vouch for its model: export refuses.
+        guard(&self.lib, &self.name, "model_is_partial", || {
+            self.inner.model_is_partial()
+        })
+        .unwrap_or_else(|e| Some(e.to_string()))
+    }
     fn task_end_weights(&mut self, model: Model, task: &TaskInfo) -> crate::Result<Model> {
         guard(&self.lib, &self.name, "task_end_weights", || {
             self.inner.task_end_weights(model, task)

@@ -308,6 +308,15 @@ pub trait ForgettingStrategy: Send {
         None
     }
 
+    /// Why the checkpoint's model alone is not what this strategy's run answers with, when it
+    /// is not: a strategy that keeps experts in its state and answers through
+    /// [`ForgettingStrategy::infer`] (per-task adapters) says so here, and `engram export`
+    /// refuses to write the model as if it were the run's result. `None` (the default): the
+    /// model is the result.
+    fn model_is_partial(&self) -> Option<String> {
+        None
+    }
+
     /// The weights task `task` ends with: called on every forgetting strategy, in config
     /// order, after the task's last step and before any [`ForgettingStrategy::after_task`];
     /// the model returned is what the `after_task` hooks see, what is evaluated and what the
