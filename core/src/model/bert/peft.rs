@@ -451,47 +451,14 @@ pub fn export(model: &Model, initial: &Model, base: Option<&Path>, dir: &Path) -
         .collect();
     linear_modules.push("pooler.dense".into());
     let alpha = first.scale * first.rank as f64;
-    let config = serde_json::json!({
-        "peft_type": "LORA",
-        "task_type": null,
-        "r": first.rank,
-        "lora_alpha": alpha,
-        "target_modules": suffixes(&modules, &linear_modules),
-        "lora_dropout": 0.0,
-        "bias": "none",
-        "fan_in_fan_out": false,
-        "modules_to_save": if modules_to_save.is_empty() { None } else { Some(&modules_to_save) },
-        "base_model_name_or_path": base.map(|b| b.display().to_string()),
-        "inference_mode": true,
-        "init_lora_weights": true,
-        "use_rslora": false,
-        "use_dora": false,
-        "layers_to_transform": null,
-        "layers_pattern": null,
-        "rank_pattern": {},
-        "alpha_pattern": {},
-        "revision": null,
-    });
-    // The head: torch.nn.Linear's layout.
-    let head = &p.head.linear;
-    let [hidden, classes] = head.weight.shape().dims();
-    let head_path = format!("blocks.{}.linear", layers + 1);
-    let mut head_tensors = vec![(
-        "weight".to_string(),
-        vec![classes, hidden],
-        transpose(&now[&format!("{head_path}.weight")], hidden, classes),
-    )];
-    if let Some(b) = now.get(&format!("{head_path}.bias")) {
-        head_tensors.push(("bias".into(), vec![classes], b.clone()));
-    }
-    let head_config = serde_json::json!({
-        "pooling": p.head.pooling,
-        "pad_token_id": p.embeddings.pad_id,
-        "hidden": hidden,
-        "classes": classes,
-        "weights": HEAD_FILE,
-        "about": "engram's classifier: pool BertModel's last hidden state (cls: the first token's; mean: over tokens whose id is not pad_token_id), then logits = pooled @ weight.T + bias",
-    });
+    let config = adapter_config(
+        first.rank,
+        alpha,
+        suffixes(&modules, &linear_modules),
+        &modules_to_save,
+        base,
+    );
+    let (head_tensors, head_config) = head_export(&p, &now);
     let json = |v: &serde_json::Value| {
         let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
         s.push('\n');
@@ -509,307 +476,67 @@ pub fn export(model: &Model, initial: &Model, base: Option<&Path>, dir: &Path) -
     })
 }
 
-/// Why [`load`] refused an adapter directory: a message and a hint, for an error positioned at
-/// `[model] adapter`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LoadError {
-    /// What is wrong, naming the file and the key.
-    pub message: String,
-    /// What to do.
-    pub hint: Option<String>,
+/// PEFT's `adapter_config.json` for plain LoRA of rank `rank` and `lora_alpha` `alpha` on
+/// `target_modules`, with `modules_to_save` (none when empty) over the `BertModel` at `base`.
+fn adapter_config(
+    rank: usize,
+    alpha: f64,
+    target_modules: Vec<String>,
+    modules_to_save: &[String],
+    base: Option<&Path>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "peft_type": "LORA",
+        "task_type": null,
+        "r": rank,
+        "lora_alpha": alpha,
+        "target_modules": target_modules,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": false,
+        "modules_to_save": if modules_to_save.is_empty() { None } else { Some(&modules_to_save) },
+        "base_model_name_or_path": base.map(|b| b.display().to_string()),
+        "inference_mode": true,
+        "init_lora_weights": true,
+        "use_rslora": false,
+        "use_dora": false,
+        "layers_to_transform": null,
+        "layers_pattern": null,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "revision": null,
+    })
 }
 
-fn refuse(message: String, hint: Option<String>) -> LoadError {
-    LoadError { message, hint }
+/// engram's head for the export: its tensors in torch.nn.Linear's layout (weight `[classes,
+/// hidden]`, bias `[classes]`) from the model's values `now`, and `engram_head.json` (pooling,
+/// pad id, sizes).
+fn head_export(p: &Parts<'_>, now: &HashMap<String, Vec<f32>>) -> (Vec<Named>, serde_json::Value) {
+    let [hidden, classes] = p.head.linear.weight.shape().dims();
+    let head_path = format!("blocks.{}.linear", p.layers.len() + 1);
+    let mut head_tensors = vec![(
+        "weight".to_string(),
+        vec![classes, hidden],
+        transpose(&now[&format!("{head_path}.weight")], hidden, classes),
+    )];
+    if let Some(b) = now.get(&format!("{head_path}.bias")) {
+        head_tensors.push(("bias".into(), vec![classes], b.clone()));
+    }
+    let head_config = serde_json::json!({
+        "pooling": p.head.pooling,
+        "pad_token_id": p.embeddings.pad_id,
+        "hidden": hidden,
+        "classes": classes,
+        "weights": HEAD_FILE,
+        "about": "engram's classifier: pool BertModel's last hidden state (cls: the first token's; mean: over tokens whose id is not pad_token_id), then logits = pooled @ weight.T + bias",
+    });
+    (head_tensors, head_config)
 }
 
-/// Loads the PEFT adapter directory `dir` into `model`, engram's BERT with adapters attached
-/// by the `lora` memory strategy: each `lora_A`/`lora_B` (transposed back) into the layer's
-/// `lora.a`/`lora.b`, each `modules_to_save` tensor into its layer, and, when the directory
-/// has [`HEAD_FILE`] (engram's export), the classifier.
-///
-/// The adapters must be the run's: the same rank `r`, the same `α/r`, and the same layers
-/// (each adapted layer has its factors in the file, and each factor in the file names an
-/// adapted layer), so `targets`, `rank` and `alpha` are written in the `lora` entry rather than
-/// derived from the file: the entry is what the run reports and checkpoints, and a file that
-/// disagrees with it is a mistake worth a message.
-///
-/// # Errors
-/// [`LoadError`] for a missing or unreadable file, a config that is not a plain LoRA one
-/// (`peft_type`, `use_dora`, `use_rslora`, `fan_in_fan_out`, `bias`, `rank_pattern`,
-/// `alpha_pattern`), a model without adapters, a rank or
-/// `lora_alpha` that differs from the run's, a key that names no module of this BERT or no
-/// adapted one, a shape that does not fit, and an adapted layer the file has no factors for.
-pub fn load(model: Model, dir: &Path) -> std::result::Result<Model, LoadError> {
-    let cfg_path = dir.join(CONFIG_FILE);
-    let text = crate::fsutil::read_bounded(&cfg_path, 1 << 20)
-        .map_err(|e| refuse(format!("{}: {e}", cfg_path.display()), Some(format!("an adapter directory holds {CONFIG_FILE} and {ADAPTER_FILE}, as `engram export --peft` and PEFT's save_pretrained write them"))))?;
-    let c: serde_json::Value = serde_json::from_slice(&text)
-        .map_err(|e| refuse(format!("{}: not JSON: {e}", cfg_path.display()), None))?;
-    let field = |k: &str| &c[k];
-    let nonempty = |k: &str| field(k).as_object().is_some_and(|o| !o.is_empty());
-    if field("peft_type").as_str() != Some("LORA")
-        || field("use_dora").as_bool() == Some(true)
-        || field("use_rslora").as_bool() == Some(true)
-        || field("fan_in_fan_out").as_bool() == Some(true)
-        || field("bias").as_str().is_some_and(|b| b != "none")
-        || nonempty("rank_pattern")
-        || nonempty("alpha_pattern")
-    {
-        return Err(refuse(
-            format!(
-                "{}: engram loads plain LoRA adapters (peft_type \"LORA\", no DoRA or \
-                 rsLoRA, fan_in_fan_out false, bias \"none\", one r and lora_alpha for every \
-                 layer: no rank_pattern or alpha_pattern)",
-                cfg_path.display()
-            ),
-            None,
-        ));
-    }
-    let (Some(r), Some(alpha)) = (field("r").as_u64(), field("lora_alpha").as_f64()) else {
-        return Err(refuse(
-            format!("{}: no r or lora_alpha", cfg_path.display()),
-            None,
-        ));
-    };
-    let r = r as usize;
-    let adapted = adapted(&model).map_err(|e| refuse(e.to_string(), None))?;
-    let Some(first) = adapted.first() else {
-        return Err(refuse(
-            "`adapter` loads LoRA factors, and this run attaches none".into(),
-            Some(format!(
-                "add [[memory]] type = \"lora\" with rank = {r}, alpha = {alpha} and the \
-                 adapter's target_modules as targets"
-            )),
-        ));
-    };
-    if first.rank != r {
-        return Err(refuse(
-            format!(
-                "{} has r = {r} and the run's lora adapters rank {}",
-                cfg_path.display(),
-                first.rank
-            ),
-            Some(format!("set rank = {r} in [[memory]] type = \"lora\"")),
-        ));
-    }
-    if (first.scale - alpha / r as f64).abs() > 1e-9 * first.scale.abs() {
-        return Err(refuse(
-            format!(
-                "{} has lora_alpha = {alpha} and the run's lora alpha = {}",
-                cfg_path.display(),
-                first.scale * r as f64
-            ),
-            Some(format!("set alpha = {alpha} in [[memory]] type = \"lora\"")),
-        ));
-    }
-    let p = parts(&model).ok_or_else(|| refuse("not a BERT model".into(), None))?;
-    let layers = p.layers.len();
-    let head_path = format!("blocks.{}.linear", layers + 1);
-    let names = param_names(layers);
-    let shapes: HashMap<String, Vec<usize>> = model
-        .params()
-        .into_iter()
-        .map(|i| (i.path, i.shape))
-        .collect();
-    let file = dir.join(ADAPTER_FILE);
-    let tensors = read_safetensors(&file).map_err(|m| refuse(m, None))?;
-    let mut new: HashMap<String, Vec<f32>> = HashMap::new();
-    let targets: Vec<&str> = adapted.iter().map(|a| a.module.as_str()).collect();
-    let no_module = |key: &str, why: &str| {
-        refuse(
-            format!("{}: key {key} {why}", file.display()),
-            Some(format!(
-                "the run adapts {}; give the lora entry the adapter's targets",
-                targets.join(", ")
-            )),
-        )
-    };
-    for (key, (shape, v)) in &tensors {
-        let Some(name) = key.strip_prefix(PREFIX) else {
-            return Err(no_module(key, &format!("does not start with {PREFIX}")));
-        };
-        let factor = [(".lora_A.weight", "a"), (".lora_B.weight", "b")]
-            .into_iter()
-            .find_map(|(s, f)| name.strip_suffix(s).map(|m| (m, f)));
-        let (path, want, values) = if let Some((hf, f)) = factor {
-            let Some(n) = names
-                .iter()
-                .find(|n| n.kind == Kind::LinearWeight && module_of(&n.hf) == hf)
-            else {
-                return Err(no_module(key, "names no Linear module of this BERT"));
-            };
-            let module = module_of(&n.engram);
-            let Some(a) = adapted.iter().find(|a| a.module == module) else {
-                return Err(no_module(
-                    key,
-                    &format!("names {module}, which this run does not adapt"),
-                ));
-            };
-            let [d_in, d_out] = a.shape;
-            let (want, values) = if f == "a" {
-                (vec![r, d_in], transpose(v, r, d_in))
-            } else {
-                (vec![d_out, r], transpose(v, d_out, r))
-            };
-            (format!("{module}.weight.lora.{f}"), want, values)
-        } else {
-            let Some(n) = names.iter().find(|n| n.hf == name) else {
-                return Err(no_module(key, "names no parameter of this BERT"));
-            };
-            let s = shapes.get(&n.engram).cloned().unwrap_or_default();
-            match (n.kind, s.as_slice()) {
-                (Kind::LinearWeight, [i, o]) => {
-                    (n.engram.clone(), vec![*o, *i], transpose(v, *o, *i))
-                }
-                _ => (n.engram.clone(), s, v.clone()),
-            }
-        };
-        if *shape != want {
-            return Err(refuse(
-                format!(
-                    "{}: {key} is {shape:?}, where this model needs {want:?}",
-                    file.display()
-                ),
-                Some("the adapter was trained on another geometry or rank".into()),
-            ));
-        }
-        new.insert(path, values);
-    }
-    for a in &adapted {
-        for f in ["a", "b"] {
-            if !new.contains_key(&format!("{}.weight.lora.{f}", a.module)) {
-                return Err(refuse(
-                    format!(
-                        "{} has no lora_{} for {}, which the run adapts",
-                        file.display(),
-                        f.to_uppercase(),
-                        a.module
-                    ),
-                    Some(format!(
-                        "set the lora entry's targets to the adapter's target_modules ({})",
-                        c["target_modules"]
-                    )),
-                ));
-            }
-        }
-    }
-    let head_file = dir.join(HEAD_FILE);
-    if head_file.exists() {
-        let head = read_safetensors(&head_file).map_err(|m| refuse(m, None))?;
-        let [hidden, classes] = p.head.linear.weight.shape().dims();
-        for (name, want) in [("weight", vec![classes, hidden]), ("bias", vec![classes])] {
-            let Some((shape, v)) = head.get(name) else {
-                continue;
-            };
-            if *shape != want {
-                return Err(refuse(
-                    format!(
-                        "{}: {name} is {shape:?}, where this model's head needs {want:?}",
-                        head_file.display()
-                    ),
-                    Some(
-                        "the stream's classes or the model's width differ from the exported run's"
-                            .into(),
-                    ),
-                ));
-            }
-            let values = if name == "weight" {
-                transpose(v, classes, hidden)
-            } else {
-                v.clone()
-            };
-            new.insert(format!("{head_path}.{name}"), values);
-        }
-    }
-    Ok(model.update_params(&mut |info, t| {
-        new.remove(&info.path).map(|v| {
-            let n = v.len();
-            Tensor::<1>::from_data(TensorData::new(v, [n]), &t.device()).cast(t.dtype())
-        })
-    }))
-}
+#[path = "peft_load.rs"]
+mod load;
+pub use load::{LoadError, load};
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// [`param_names`] is [`super::super::hf::remap`] read backwards: each `BertModel` name,
-    /// renamed by the loader's patterns (and `LayerNorm`'s weight/bias read as gamma/beta),
-    /// is engram's.
-    #[test]
-    fn param_names_invert_the_loaders_remap() {
-        let remap = super::super::hf::remap(3);
-        let names = param_names(3);
-        assert_eq!(names.len(), 5 + 3 * 16);
-        for n in &names {
-            let mut s = n.hf.clone();
-            for [from, to] in &remap {
-                s = regex::Regex::new(from)
-                    .unwrap()
-                    .replace(&s, to.as_str())
-                    .into_owned();
-            }
-            if n.hf.contains("LayerNorm") {
-                s = s.replace(".weight", ".gamma").replace(".bias", ".beta");
-            }
-            assert_eq!(s, n.engram, "{}", n.hf);
-        }
-    }
-
-    /// The suffixes pick exactly the chosen modules: `query` alone where it is unique,
-    /// `attention.output.dense` where `output.dense` would take the FFN's output as well.
-    #[test]
-    fn suffixes_pick_exactly_the_chosen_modules() {
-        let all: Vec<String> = [
-            "encoder.layer.0.attention.self.query",
-            "encoder.layer.0.attention.output.dense",
-            "encoder.layer.0.output.dense",
-            "encoder.layer.1.attention.self.query",
-            "encoder.layer.1.attention.output.dense",
-            "encoder.layer.1.output.dense",
-            "pooler.dense",
-        ]
-        .map(String::from)
-        .to_vec();
-        let pick =
-            |c: &[&str]| suffixes(&c.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &all);
-        assert_eq!(
-            pick(&[
-                "encoder.layer.0.attention.self.query",
-                "encoder.layer.1.attention.self.query",
-                "encoder.layer.0.attention.output.dense",
-                "encoder.layer.1.attention.output.dense"
-            ]),
-            ["query", "attention.output.dense"]
-        );
-        assert_eq!(
-            pick(&["encoder.layer.1.output.dense"]),
-            ["layer.1.output.dense"]
-        );
-    }
-
-    #[test]
-    fn transpose_and_safetensors_round_trip() {
-        assert_eq!(
-            transpose(&[1., 2., 3., 4., 5., 6.], 2, 3),
-            [1., 4., 2., 5., 3., 6.]
-        );
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("t.safetensors");
-        let t = vec![
-            ("x".to_string(), vec![2, 3], vec![1., 2., 3., 4., 5., 6.]),
-            ("y".to_string(), vec![1], vec![-0.5]),
-        ];
-        std::fs::write(&f, safetensors_bytes(&t)).unwrap();
-        let back = read_safetensors(&f).unwrap();
-        assert_eq!(back["x"], (vec![2, 3], vec![1., 2., 3., 4., 5., 6.]));
-        assert_eq!(back["y"], (vec![1], vec![-0.5]));
-        std::fs::write(&f, b"\xff\xff\xff\xff\xff\xff\xff\x7fxx").unwrap();
-        assert!(
-            read_safetensors(&f)
-                .unwrap_err()
-                .contains("not a safetensors")
-        );
-    }
-}
+#[path = "peft_tests.rs"]
+mod tests;
