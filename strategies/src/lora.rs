@@ -28,6 +28,7 @@ use engram_core::burn::module::{Lora as BurnLora, Module, ParamGroup, ParamId};
 use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::model::Model;
+use engram_core::model::adapter::{AdapterConfig, Adapters};
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{
     MemoryLayer, MemoryStrategy, Next, StepOutcome, StepRequest, StrategyState, TaskInfo,
@@ -47,6 +48,18 @@ pub enum Merge {
     /// At the end of each task: `W₀ ← W₀ + (α/r)·A·B`, then fresh adapters (`B = 0`) for the
     /// next task, so each task's update is a rank-`r` step from the last task's weights.
     Task,
+}
+
+/// Where the adapters sit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdapterPath {
+    /// On the weight: Burn's LoRA (`W₀ + (α/r)·A·B`), any rank-2 parameter; no dropout.
+    Weight,
+    /// Beside the layer: engram's activation-path component
+    /// ([`engram_core::model::adapter`]), `x·W₀ + (α/r)·drop(x)·A·B`, on the linear layers the
+    /// blocks route through it; adapter dropout, and what `moe-lora` builds on.
+    Activation,
 }
 
 /// `[[memory]] type = "lora"` keys.
@@ -71,9 +84,13 @@ pub struct LoraParams {
     pub train: Vec<String>,
     /// When to merge the adapters into the base. Default `none`.
     pub merge: Merge,
-    /// Dropout on the adapter's input (PEFT's `lora_dropout`). Only 0 is accepted: Burn's
-    /// adapter sits on the weight, not on the activation path that dropout needs.
+    /// Dropout on the adapter's input (PEFT's `lora_dropout`), in `[0, 1)`; above 0 it needs
+    /// `path = "activation"` (the default then). Default 0.
     pub dropout: f64,
+    /// Where the adapters sit: `"weight"` (Burn's LoRA, the default without dropout) or
+    /// `"activation"` (engram's adapter component: the default with dropout, and what
+    /// `moe-lora` needs). Unset: chosen by `dropout`.
+    pub path: Option<AdapterPath>,
 }
 
 impl Default for LoraParams {
@@ -86,6 +103,7 @@ impl Default for LoraParams {
             train: Vec::new(),
             merge: Merge::None,
             dropout: 0.0,
+            path: None,
         }
     }
 }
@@ -109,6 +127,8 @@ pub struct LoraSummary {
 #[derive(Debug)]
 pub struct Lora {
     params: LoraParams,
+    /// The run seed (the activation path's adapters are drawn from it).
+    seed: u64,
     /// Where the keys came from, for errors positioned at them (none when built in code).
     src: Option<ParamSource>,
     summary: Mutex<LoraSummary>,
@@ -126,9 +146,19 @@ impl Lora {
     pub fn new(params: LoraParams) -> Self {
         Self {
             params,
+            seed: 0,
             src: None,
             summary: Mutex::new(LoraSummary::default()),
         }
+    }
+
+    /// Where the adapters sit: `path`, or by `dropout` when unset.
+    pub fn path(&self) -> AdapterPath {
+        self.params.path.unwrap_or(if self.params.dropout > 0.0 {
+            AdapterPath::Activation
+        } else {
+            AdapterPath::Weight
+        })
     }
 
     /// What the last [`Lora::adapt`] did.
@@ -170,7 +200,7 @@ impl Lora {
             },
         }
         };
-        if params.iter().any(|i| i.path.contains(".lora.")) {
+        if params.iter().any(|i| i.path.contains(".lora.")) || model.adapters().is_some() {
             return Err(err(
                 "targets",
                 "the model already carries LoRA adapters (adapters on adapters are not supported)"
@@ -216,6 +246,30 @@ impl Lora {
                 None => err("rank", message),
             });
         }
+        let activation = self.path() == AdapterPath::Activation;
+        let linears = engram_core::model::adapter::linear_layers(&model);
+        if activation {
+            let missing: Vec<&str> = targeted
+                .iter()
+                .filter_map(|i| i.path.strip_suffix(".weight").or(Some(i.path.as_str())))
+                .filter(|m| !linears.iter().any(|l| &l.path == m))
+                .collect();
+            if !missing.is_empty() {
+                let mut names: Vec<&str> = linears
+                    .iter()
+                    .filter_map(|l| l.path.rsplit('.').next())
+                    .collect();
+                names.sort_unstable();
+                names.dedup();
+                return Err(err(
+                    "targets",
+                    format!(
+                        "path = \"activation\" adapts linear layers that the blocks route through the adapter component, and {missing:?} are not among them (Burn's attention inside the ViT, embeddings, a plugin block that does not call ForwardCtx::linear); the layers it can adapt are named {}",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
         // The blocks whose parameters stay trainable: the head blocks, by kind.
         let head_blocks: Vec<String> = model
             .blocks()
@@ -232,10 +286,42 @@ impl Lora {
             })
             .map(|i| i.id)
             .collect();
-        let lora = BurnLora::new(p.rank, p.alpha).set_param_group(ParamGroup::from_ids(
-            targeted.iter().map(|i| i.id).collect(),
-        ));
-        let mut model = model.apply_lora(lora);
+        let mut model = if activation {
+            let chosen: Vec<_> = linears
+                .into_iter()
+                .filter(|l| {
+                    targeted
+                        .iter()
+                        .any(|i| i.path == format!("{}.weight", l.path))
+                })
+                .collect();
+            let config = AdapterConfig {
+                scale: p.alpha / p.rank as f64,
+                rank: p.rank,
+                dropout: p.dropout,
+                top_k: 1,
+                routed: false,
+                balance: 0.0,
+            };
+            let device = model.devices().into_iter().next().unwrap_or_default();
+            let merges = self.summary().merges as u64;
+            let adapters = Adapters::new(
+                chosen.iter().map(|l| (l.block, l.local.clone())).collect(),
+                chosen.iter().map(|l| l.shape).collect(),
+                config,
+            )
+            .grow(
+                1,
+                engram_core::rng::derive_seed(self.seed, LoraParams::NAME, merges, 0),
+                &device,
+            );
+            model.freeze().map_adapters(|_| Some(adapters))
+        } else {
+            let lora = BurnLora::new(p.rank, p.alpha).set_param_group(ParamGroup::from_ids(
+                targeted.iter().map(|i| i.id).collect(),
+            ));
+            model.apply_lora(lora)
+        };
         if !keep.is_empty() {
             model = model.unfreeze_group(ParamGroup::from_ids(keep));
         }
@@ -273,8 +359,16 @@ impl MemoryStrategy for Lora {
             return Ok(model);
         }
         // Burn's `materialize` writes `W₀ + (α/r)·A·B` into each adapted weight and drops the
-        // adapter; fresh adapters (`B = 0`) leave the merged model's outputs as they are.
-        let merged = self.adapt(model.materialize())?;
+        // adapter (the activation path's: `Model::merge_adapters`); fresh adapters (`B = 0`)
+        // leave the merged model's outputs as they are.
+        let plain = model
+            .merge_adapters()
+            .map_err(|e| Error::Strategy {
+                strategy: LoraParams::NAME.into(),
+                message: format!("merge = \"task\": {e}"),
+            })?
+            .materialize();
+        let merged = self.adapt(plain)?;
         if let Ok(mut s) = self.summary.lock() {
             s.merges += 1;
         }
@@ -302,7 +396,7 @@ impl MemoryStrategy for Lora {
     }
 }
 
-fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>> {
+fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>> {
     let p: LoraParams = src.parse()?;
     if p.rank == 0 {
         return Err(src.key_error(
@@ -332,14 +426,15 @@ fn build(src: &ParamSource, _cx: &BuildContext) -> Result<Box<dyn MemoryStrategy
             Some("remove dropout (LoRA without dropout is Hu et al.'s own setting)".into()),
         ));
     }
-    if p.dropout != 0.0 {
+    if p.dropout != 0.0 && p.path == Some(AdapterPath::Weight) {
         return Err(src.key_error(
             "dropout",
-            format!("dropout = {} needs an adapter on the activation path; engram's LoRA is Burn's, on the weight, which has none", p.dropout),
-            Some("remove dropout (LoRA without dropout is Hu et al.'s own setting)".into()),
+            format!("dropout = {} needs the adapter on the activation path; path = \"weight\" is Burn's LoRA, inside the weight, where no dropout can act", p.dropout),
+            Some("path = \"activation\" (or leave path out: dropout chooses it)".into()),
         ));
     }
     let mut lora = Lora::new(p);
+    lora.seed = cx.seed;
     lora.src = Some(src.clone());
     Ok(Box::new(lora))
 }
@@ -628,7 +723,10 @@ mod merge_tests {
             ("rank = 0", "rank must be at least 1"),
             ("alpha = -1.0", "alpha must be a positive number"),
             ("targets = []", "targets must name at least one layer"),
-            ("dropout = 0.1", "needs an adapter on the activation path"),
+            (
+                "dropout = 0.1\npath = \"weight\"",
+                "needs the adapter on the activation path",
+            ),
         ] {
             let src = ParamSource::from_toml(&format!("type = \"lora\"\n{text}"));
             let cx = engram_core::registry::BuildContext {

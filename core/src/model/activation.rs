@@ -221,6 +221,15 @@ pub struct ForwardCtx {
     /// on the inference copy of the model. A block may classify differently there (replay's
     /// nearest-class-mean head does).
     pub evaluation: bool,
+    /// The model's activation-path adapters, when it has any ([`ForwardCtx::linear`] adds
+    /// their update to a targeted layer's output); set by [`Model::forward_range`](super::Model::forward_range).
+    pub adapters: Option<std::sync::Arc<super::adapter::Adapters>>,
+    /// The index of the block running (set by the model before each block's forward).
+    pub block: usize,
+    /// Which tokens of the block's input are real, `[batch, tokens]` (`true` at real tokens),
+    /// where the block knows it (BERT's encoder layers): a router's load-balancing term and
+    /// choice counts leave padding out.
+    pub token_mask: Option<Tensor<2, burn::tensor::Bool>>,
 }
 
 impl ForwardCtx {
@@ -231,6 +240,9 @@ impl ForwardCtx {
             task,
             replay: false,
             evaluation: false,
+            adapters: None,
+            block: 0,
+            token_mask: None,
         }
     }
 
@@ -241,6 +253,9 @@ impl ForwardCtx {
             task,
             replay: false,
             evaluation: true,
+            adapters: None,
+            block: 0,
+            token_mask: None,
         }
     }
 

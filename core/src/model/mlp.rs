@@ -65,9 +65,9 @@ pub struct DenseBlock {
 }
 
 impl Block for DenseBlock {
-    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
         let x = x.into_flat();
-        let y = self.activation.apply(self.linear.forward(x));
+        let y = self.activation.apply(ctx.linear(&self.linear, "linear", x));
         Activation::Flat(self.dropout.forward(y))
     }
     fn kind(&self) -> &'static str {
@@ -83,8 +83,8 @@ pub struct HeadBlock {
 }
 
 impl Block for HeadBlock {
-    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
-        Activation::Flat(self.linear.forward(x.into_flat()))
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
+        Activation::Flat(ctx.linear(&self.linear, "linear", x.into_flat()))
     }
     fn kind(&self) -> &'static str {
         "head"

@@ -30,6 +30,7 @@
 //! through it with `examples/own_model.rs`.
 
 pub mod activation;
+pub mod adapter;
 pub mod bert;
 pub mod block;
 pub mod bridge;
@@ -112,6 +113,8 @@ pub struct Model {
     pub num_classes: usize,
     /// Blocks per segment that segment checkpointing uses when its `interval` is left at 0.
     segment_blocks: Option<usize>,
+    /// The activation-path adapters ([`adapter::Adapters`]), when a strategy attached them.
+    adapters: Option<adapter::Adapters>,
 }
 
 impl Model {
@@ -122,7 +125,60 @@ impl Model {
             blocks,
             num_classes,
             segment_blocks: None,
+            adapters: None,
         }
+    }
+
+    /// The activation-path adapters, when the model carries them.
+    pub fn adapters(&self) -> Option<&adapter::Adapters> {
+        self.adapters.as_ref()
+    }
+
+    /// Replaces the activation-path adapters by `f(current)` (`None` removes them).
+    pub fn map_adapters(
+        mut self,
+        f: impl FnOnce(Option<adapter::Adapters>) -> Option<adapter::Adapters>,
+    ) -> Self {
+        self.adapters = f(self.adapters.take());
+        self
+    }
+
+    /// The model with its activation-path adapters merged into the weights they adapt
+    /// (`W ← W + (α/r)·Σₑ Aₑ·Bₑ`, [`adapter::Adapters::merged_update`]) and removed: in
+    /// evaluation (dropout off) it computes what the adapted model computes. A model without
+    /// adapters is returned as it is.
+    ///
+    /// # Errors
+    /// [`crate::Error::Other`] when a layer has a router (a mixture's update depends on the
+    /// token and has no merged weight).
+    pub fn merge_adapters(self) -> crate::Result<Model> {
+        let Some(adapters) = self.adapters.clone() else {
+            return Ok(self);
+        };
+        if adapters.config.routed {
+            return Err(crate::Error::Other(
+                "the model's adapters are a routed mixture (moe-lora): each token's update depends on the router, so there is no merged weight to write".into(),
+            ));
+        }
+        let mut updates = std::collections::HashMap::new();
+        for (l, (block, local)) in adapters.targets.iter().enumerate() {
+            if let Some(u) = adapters.merged_update(l) {
+                let n = u.shape().num_elements();
+                updates.insert(format!("blocks.{block}.{local}.weight"), u.reshape([n]));
+            }
+        }
+        let model = self.map_adapters(|_| None);
+        Ok(model.update_params(&mut |i, t| {
+            let u = updates.get(&i.path)?.clone();
+            Some(t.clone() + u.detach().cast(t.dtype()))
+        }))
+    }
+
+    /// The context each block of a forward sees: `ctx` with this model's adapters.
+    fn block_ctx(&self, ctx: &ForwardCtx) -> ForwardCtx {
+        let mut c = ctx.clone();
+        c.adapters = self.adapters.clone().map(std::sync::Arc::new);
+        c
     }
 
     /// The same model with a default segment length of `blocks` blocks for segment
@@ -226,8 +282,10 @@ impl Model {
         mut x: Activation,
         ctx: &ForwardCtx,
     ) -> Activation {
-        for block in &self.blocks[range] {
-            x = block.0.forward(x, ctx);
+        let mut ctx = self.block_ctx(ctx);
+        for i in range {
+            ctx.block = i;
+            x = self.blocks[i].0.forward(x, &ctx);
         }
         x
     }
@@ -243,10 +301,12 @@ impl Model {
         ctx: &ForwardCtx,
         rng_seed: u64,
     ) -> Activation {
+        let mut ctx = self.block_ctx(ctx);
         for i in range {
             x.device()
                 .seed(crate::rng::derive_seed(rng_seed, "block", i as u64, 0));
-            x = self.blocks[i].0.forward(x, ctx);
+            ctx.block = i;
+            x = self.blocks[i].0.forward(x, &ctx);
         }
         x
     }
@@ -478,13 +538,18 @@ impl Model {
 
 impl Module for Model {
     fn collect_devices(&self, devices: Vec<Device>) -> Vec<Device> {
-        self.blocks.collect_devices(devices)
+        let devices = self.blocks.collect_devices(devices);
+        match &self.adapters {
+            Some(a) => a.collect_devices(devices),
+            None => devices,
+        }
     }
     fn fork(self, device: &Device) -> Self {
         Self {
             blocks: self.blocks.fork(device),
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
+            adapters: self.adapters.map(|a| a.fork(device)),
         }
         .retie()
     }
@@ -493,6 +558,7 @@ impl Module for Model {
             blocks: self.blocks.to_device(device),
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
+            adapters: self.adapters.map(|a| a.to_device(device)),
         }
         .retie()
     }
@@ -501,6 +567,7 @@ impl Module for Model {
             blocks: self.blocks.train(),
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
+            adapters: self.adapters.map(|a| a.train()),
         }
         .retie()
     }
@@ -509,6 +576,7 @@ impl Module for Model {
             blocks: self.blocks.valid(),
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
+            adapters: self.adapters.as_ref().map(|a| a.valid()),
         }
         .retie()
     }
@@ -517,6 +585,7 @@ impl Module for Model {
             blocks: self.blocks.materialize(),
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
+            adapters: self.adapters.map(|a| a.materialize()),
         }
         .retie()
     }
@@ -524,15 +593,27 @@ impl Module for Model {
         visitor.enter_module("blocks", "Model");
         self.blocks.visit(visitor);
         visitor.exit_module("blocks", "Model");
+        if let Some(a) = &self.adapters {
+            visitor.enter_module("adapters", "Model");
+            a.visit(visitor);
+            visitor.exit_module("adapters", "Model");
+        }
     }
     fn map<M: ModuleMapper>(self, mapper: &mut M) -> Self {
         mapper.enter_module("blocks", "Model");
         let blocks = self.blocks.map(mapper);
         mapper.exit_module("blocks", "Model");
+        let adapters = self.adapters.map(|a| {
+            mapper.enter_module("adapters", "Model");
+            let a = a.map(mapper);
+            mapper.exit_module("adapters", "Model");
+            a
+        });
         Self {
             blocks,
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
+            adapters,
         }
         .retie()
     }
@@ -577,6 +658,9 @@ pub fn norm_f32<const D: usize>(norm: &burn::nn::LayerNorm, x: Tensor<D>) -> Ten
     }
     norm.forward(x.cast(DType::F32)).cast(dt)
 }
+
+#[cfg(test)]
+mod adapter_tests;
 
 #[cfg(test)]
 mod tests {

@@ -49,7 +49,7 @@ pub struct PatchEmbed {
 }
 
 impl Block for PatchEmbed {
-    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
         let x = x.into_flat();
         let b = x.dims()[0];
         let (s, p, c) = (self.side, self.patch, self.channels);
@@ -59,7 +59,7 @@ impl Block for PatchEmbed {
             .reshape([b, c, g, p, g, p])
             .permute([0, 2, 4, 1, 3, 5])
             .reshape([b, g * g, c * p * p]);
-        let tokens = self.proj.forward(patches);
+        let tokens = ctx.linear(&self.proj, "proj", patches);
         Activation::Seq(tokens + self.position.val().unsqueeze_dim(0))
     }
     fn kind(&self) -> &'static str {
@@ -86,7 +86,7 @@ pub struct EncoderBlock {
 }
 
 impl Block for EncoderBlock {
-    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
         let Activation::Seq(x) = x else {
             panic!(
                 "an encoder block takes tokens [batch, tokens, dim]; put a patch embedding first"
@@ -97,8 +97,8 @@ impl Block for EncoderBlock {
             .forward(MhaInput::self_attn(norm_f32(&self.norm1, x.clone())))
             .context;
         let x = x + self.dropout.forward(a);
-        let h = activation::gelu(self.fc1.forward(norm_f32(&self.norm2, x.clone())));
-        let x = x + self.dropout.forward(self.fc2.forward(h));
+        let h = activation::gelu(ctx.linear(&self.fc1, "fc1", norm_f32(&self.norm2, x.clone())));
+        let x = x + self.dropout.forward(ctx.linear(&self.fc2, "fc2", h));
         Activation::Seq(x)
     }
     fn kind(&self) -> &'static str {
@@ -116,12 +116,12 @@ pub struct TokenHead {
 }
 
 impl Block for TokenHead {
-    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
         let Activation::Seq(x) = x else {
             panic!("the token head takes tokens [batch, tokens, dim]");
         };
         let pooled = norm_f32(&self.norm, x).mean_dim(1).squeeze_dim::<2>(1);
-        Activation::Flat(self.linear.forward(pooled))
+        Activation::Flat(ctx.linear(&self.linear, "linear", pooled))
     }
     fn kind(&self) -> &'static str {
         "head"

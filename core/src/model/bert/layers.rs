@@ -97,14 +97,16 @@ pub struct SelfAttention {
 impl SelfAttention {
     /// `x` `[batch, tokens, hidden]`, `mask` `[batch, tokens]` (`true` at real tokens) →
     /// `[batch, tokens, hidden]` (before the residual and the norm).
-    pub fn forward(&self, x: Tensor<3>, mask: &Tensor<2, Bool>) -> Tensor<3> {
+    /// Its linear layers go through [`ForwardCtx::linear`] as `attention.{query,key,value,
+    /// output}` (the block's activation-path adapters).
+    pub fn forward(&self, x: Tensor<3>, mask: &Tensor<2, Bool>, c: &ForwardCtx) -> Tensor<3> {
         let [b, n, d] = x.dims();
         let h = self.heads;
         let dh = d / h;
         let split = |t: Tensor<3>| t.reshape([b, n, h, dh]).swap_dims(1, 2);
-        let q = split(self.query.forward(x.clone()));
-        let k = split(self.key.forward(x.clone()));
-        let v = split(self.value.forward(x));
+        let q = split(c.linear(&self.query, "attention.query", x.clone()));
+        let k = split(c.linear(&self.key, "attention.key", x.clone()));
+        let v = split(c.linear(&self.value, "attention.value", x));
         let scores = q.matmul(k.swap_dims(2, 3)) / (dh as f64).sqrt();
         let pad = mask
             .clone()
@@ -114,7 +116,7 @@ impl SelfAttention {
         let scores = scores.mask_fill(pad, MASKED_SCORE);
         let probs = self.dropout.forward(activation::softmax(scores, 3));
         let ctx = probs.matmul(v).swap_dims(1, 2).reshape([b, n, d]);
-        self.output.forward(ctx)
+        c.linear(&self.output, "attention.output", ctx)
     }
 }
 
@@ -138,17 +140,24 @@ pub struct EncoderLayer {
 }
 
 impl Block for EncoderLayer {
-    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
         let Activation::Tokens { hidden: x, mask } = x else {
             panic!("a BERT encoder layer takes Activation::Tokens; put the embeddings block first");
         };
+        let masked = ForwardCtx {
+            token_mask: Some(mask.clone()),
+            ..ctx.clone()
+        };
+        let ctx = &masked;
         let a = self
             .dropout
-            .forward(self.attention.forward(x.clone(), &mask));
+            .forward(self.attention.forward(x.clone(), &mask, ctx));
         let x = norm_f32(&self.norm1, x + a);
-        let f = self
-            .ffn_out
-            .forward(activation::gelu(self.ffn_in.forward(x.clone())));
+        let f = ctx.linear(
+            &self.ffn_out,
+            "ffn_out",
+            activation::gelu(ctx.linear(&self.ffn_in, "ffn_in", x.clone())),
+        );
         let x = norm_f32(&self.norm2, x + self.dropout.forward(f));
         Activation::Tokens { hidden: x, mask }
     }
@@ -197,12 +206,12 @@ pub struct PoolHead {
 }
 
 impl Block for PoolHead {
-    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
         let Activation::Tokens { hidden, mask } = x else {
             panic!("the BERT head takes Activation::Tokens [batch, tokens, hidden]");
         };
         let pooled = self.dropout.forward(pool(hidden, &mask, self.pooling));
-        Activation::Flat(self.linear.forward(pooled))
+        Activation::Flat(ctx.linear(&self.linear, "linear", pooled))
     }
     fn kind(&self) -> &'static str {
         "head"

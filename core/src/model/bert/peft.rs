@@ -361,10 +361,19 @@ pub fn read_safetensors(path: &Path) -> std::result::Result<Tensors, String> {
 /// (`base_model_name_or_path`), when the run had one.
 ///
 /// # Errors
-/// [`adapted`]'s; [`Error::Usage`] when the model has no adapters, or when an adapted
+/// [`adapted`]'s; [`Error::Usage`] when the model has no adapters or has them on the
+/// activation path ([`crate::model::adapter`]: not written as PEFT's yet), or when an adapted
 /// layer's base weight differs from `initial`'s (`merge = "task"` folded adapters into it, so
 /// PEFT's base would be the wrong one); [`Error::Io`] when a file cannot be written.
 pub fn export(model: &Model, initial: &Model, base: Option<&Path>, dir: &Path) -> Result<Exported> {
+    if model.adapters().is_some() {
+        return Err(usage(
+            "this checkpoint's adapters are on the activation path ([[memory]] lora with \
+             path = \"activation\" or dropout, or moe-lora's experts); --peft writes lora's \
+             weight-path adapters (path = \"weight\"). Export the merged weights with \
+             --safetensors instead (a moe-lora mixture has none)",
+        ));
+    }
     let adapted = adapted(model)?;
     let Some(first) = adapted.first() else {
         return Err(usage(

@@ -135,17 +135,22 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// `x` `[batch, len, hidden]` → `[batch, len, hidden]` (before the residual).
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+    /// `x` `[batch, len, hidden]` → `[batch, len, hidden]` (before the residual); the
+    /// projections go through [`ForwardCtx::linear`] as `attention.{query,key,value,output}`.
+    pub fn forward(&self, x: Tensor<3>, c: &ForwardCtx) -> Tensor<3> {
         let [b, n, _] = x.dims();
         let (h, kvh) = (self.heads, self.kv_heads);
-        let q = self.query.forward(x.clone());
+        let q = c.linear(&self.query, "attention.query", x.clone());
         let dh = q.dims()[2] / h;
         let split = |t: Tensor<3>, heads: usize| t.reshape([b, n, heads, dh]).swap_dims(1, 2);
         let [cos, sin] = rope_tables(n, dh, self.rope_base, &x.device());
         let q = rope(split(q, h), &cos, &sin);
-        let k = rope(split(self.key.forward(x.clone()), kvh), &cos, &sin);
-        let v = split(self.value.forward(x), kvh);
+        let k = rope(
+            split(c.linear(&self.key, "attention.key", x.clone()), kvh),
+            &cos,
+            &sin,
+        );
+        let v = split(c.linear(&self.value, "attention.value", x), kvh);
         let repeat = |t: Tensor<4>| {
             if kvh == h {
                 return t;
@@ -159,8 +164,11 @@ impl Attention {
             ..Default::default()
         };
         let ctx = burn::tensor::module::attention(q, repeat(k), repeat(v), None, None, options);
-        self.output
-            .forward(ctx.swap_dims(1, 2).reshape([b, n, h * dh]))
+        c.linear(
+            &self.output,
+            "attention.output",
+            ctx.swap_dims(1, 2).reshape([b, n, h * dh]),
+        )
     }
 }
 
@@ -177,10 +185,11 @@ pub struct FeedForward {
 }
 
 impl FeedForward {
-    /// `x` `[batch, len, hidden]` → `[batch, len, hidden]`.
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let g = activation::silu(self.gate.forward(x.clone()));
-        self.down.forward(g * self.up.forward(x))
+    /// `x` `[batch, len, hidden]` → `[batch, len, hidden]`; the projections go through
+    /// [`ForwardCtx::linear`] as `ffn.{gate,up,down}`.
+    pub fn forward(&self, x: Tensor<3>, c: &ForwardCtx) -> Tensor<3> {
+        let g = activation::silu(c.linear(&self.gate, "ffn.gate", x.clone()));
+        c.linear(&self.down, "ffn.down", g * c.linear(&self.up, "ffn.up", x))
     }
 }
 
@@ -210,10 +219,10 @@ fn hidden_of(x: Activation, who: &str) -> Tensor<3> {
 }
 
 impl Block for DecoderLayer {
-    fn forward(&self, x: Activation, _ctx: &ForwardCtx) -> Activation {
+    fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
         let x = hidden_of(x, "a Llama decoder layer");
-        let x = x.clone() + self.attention.forward(rms_f32(&self.norm1, x));
-        let x = x.clone() + self.ffn.forward(rms_f32(&self.norm2, x));
+        let x = x.clone() + self.attention.forward(rms_f32(&self.norm1, x), ctx);
+        let x = x.clone() + self.ffn.forward(rms_f32(&self.norm2, x), ctx);
         Activation::Seq(x)
     }
     fn kind(&self) -> &'static str {

@@ -35,6 +35,7 @@ pub fn export_safetensors(model: &Model, path: &Path, layout: ExportLayout) -> R
     }
     model
         .clone()
+        .merge_adapters()?
         .materialize()
         .save_into(&mut store)
         .map_err(|e| Error::Other(format!("safetensors export: {e}")))?;
