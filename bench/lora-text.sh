@@ -8,6 +8,8 @@
 #   lora naive, lora + replay      rank 8 on query/value, the head trainable (lr 1e-3)
 #   o-lora                         lora with merge = "task" and O-LoRA's orthogonality loss
 #   per-task-lora                  one adapter a task, picked by the nearest task prototype
+#   moe-lora                       lora on the activation path, a pool of experts per layer
+#                                  grown by task with a top-k router (2 experts a task, top 2)
 #   joint                          full fine-tuning on all tasks at once (the upper bound)
 # then each row's task-identification line where it has one. Replay keeps CAPACITY documents.
 # SUBSAMPLE / TEST training / test documents a task (the text issue's sizes are 1000 / 200;
@@ -25,7 +27,7 @@ SEEDS=${SEEDS:-0,1,2}
 SUBSAMPLE=${SUBSAMPLE:-120}
 TEST=${TEST:-60}
 CAPACITY=${CAPACITY:-200}
-ROWS=${ROWS:-full-naive full-replay lora-naive lora-replay o-lora per-task-lora joint}
+ROWS=${ROWS:-full-naive full-replay lora-naive lora-replay o-lora per-task-lora moe-lora joint}
 BASE=examples/text/minilm-stream.toml
 [ "${KEEP:-0}" = 1 ] || rm -rf "$W"
 mkdir -p "$W"
@@ -57,6 +59,9 @@ type = "o-lora"' ;;
     per-task-lora) base 1e-3; echo "$LORA"; echo 'merge = "none"
 [[forgetting]]
 type = "per-task-lora"' ;;
+    moe-lora) base 1e-3; echo "$LORA"; echo 'path = "activation"
+[[forgetting]]
+type = "moe-lora"' ;;
     *) echo "unknown row $1" >&2; exit 2 ;;
     esac
 }
@@ -68,7 +73,8 @@ for row in $ROWS; do
 done
 # Named by row (run from the work directory), not by this machine's paths.
 (cd "$W" && "$E" compare $ROWS > compare.txt 2> warnings.txt) || true
-# Task identification of the rows that infer tasks, per seed (report.json's task_id_matrix).
+# Task identification of the rows that infer tasks, per seed (report.json's task_id_matrix),
+# and the router's choices of the rows with a mixture (forgetting["moe-lora"].routing).
 python3 - "$W" $ROWS > "$W/routing.txt" <<'PY'
 import glob, json, os, sys
 w, rows = sys.argv[1], sys.argv[2:]
@@ -79,6 +85,19 @@ for row in rows:
         if t:
             cells = " ".join("–" if v is None else f"{100 * v:.1f}" for v in t[-1])
             print(f"{row} seed {r['config']['run']['seed']}: {cells}")
+PY
+python3 - "$W" $ROWS > "$W/experts.txt" <<'PY'
+import glob, json, os, sys
+w, rows = sys.argv[1], sys.argv[2:]
+for row in rows:
+    for rep in sorted(glob.glob(os.path.join(w, row, "**", "report.json"), recursive=True)):
+        r = json.load(open(rep))
+        m = r.get("forgetting", {}).get("moe-lora")
+        if m and m.get("routing"):
+            seed = r["config"]["run"]["seed"]
+            for j, shares in enumerate(m["routing"][-1]):
+                cells = " ".join(f"{100 * v:.1f}" for v in shares)
+                print(f"{row} seed {seed}, T{j} inputs: {cells}")
 PY
 python3 - "$load" "$SEEDS" "$SUBSAMPLE" "$TEST" "$CAPACITY" "$W" > book/src/figures/lora-text.md.tmp <<'PY'
 import os, sys
@@ -104,6 +123,14 @@ if routing:
           "task (%, T0 T1 T2 T3; `task_id_matrix`):\n")
     print("```text")
     print(routing)
+    print("```")
+experts = open(os.path.join(w, "experts.txt")).read().rstrip("\n")
+if experts:
+    print("\nWhere the mixture's router sent each task's training inputs after the last task "
+          "(% of top-k choices, to the experts added at T0 T1 T2 T3; `forgetting[\"moe-lora\"]."
+          "routing`):\n")
+    print("```text")
+    print(experts)
     print("```")
 PY
 mv book/src/figures/lora-text.md.tmp book/src/figures/lora-text.md

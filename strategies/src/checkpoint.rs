@@ -165,7 +165,13 @@ pub fn checkpointed_step(
             &replay_ctx,
             req.rng_seed,
         );
-        let dot = y.dot(g);
+        let mut dot = y.dot(g);
+        // The recomputed segment's load-balancing terms (`moe-lora`'s routers): in the loss,
+        // pass 1 gave their value without a graph; their gradient flows here.
+        if let Some(b) = model.adapters().and_then(|a| a.take_balance()) {
+            let dt = dot.dtype();
+            dot = dot + b.mul_scalar(req.loss_scale).cast(dt);
+        }
         if s == 0 && !dot.is_tracked() {
             // The first segment holds nothing that trains and reads data that carries no
             // gradient (token ids into a frozen embedding under `lora`): nothing to collect.

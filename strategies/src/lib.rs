@@ -24,6 +24,7 @@ pub mod ewc;
 pub mod gdumb;
 pub mod lora;
 pub mod lwf;
+pub mod moe_lora;
 pub mod naive;
 pub mod ncm;
 pub mod olora;
@@ -45,6 +46,7 @@ pub const BUILTINS: &[Registration] = &[
     derpp::REGISTRATION,
     agem::REGISTRATION,
     lwf::REGISTRATION,
+    moe_lora::REGISTRATION,
     olora::REGISTRATION,
     task_lora::REGISTRATION,
     gdumb::REGISTRATION,

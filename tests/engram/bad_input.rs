@@ -464,6 +464,12 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
             "no orthogonality loss: one merged LoRA adapter a task",
         ),
         ("mlp", "dropout", "no dropout"),
+        ("moe-lora", "balance", "no load-balancing loss"),
+        (
+            "moe-lora",
+            "routing_samples",
+            "the routing table over all of a task's training inputs",
+        ),
         ("vit", "dropout", "no dropout"),
         (
             "vit",

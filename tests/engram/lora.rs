@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// The text test's corpus with 14 more documents a class, as two tasks of one class each,
 /// trained with AdamW and checkpointed every 2 steps; `memory` is appended.
-fn config(dir: &Path, memory: &str) -> std::path::PathBuf {
+pub(crate) fn config(dir: &Path, memory: &str) -> std::path::PathBuf {
     let cfg = crate::text::setup(dir);
     for (class, words) in [("business", "profits rose"), ("sport", "the match ended")] {
         for i in 6..20 {

@@ -23,6 +23,7 @@ mod lm_cli;
 mod lm_run;
 mod lora;
 mod memory;
+mod moe_lora;
 mod new_plugin;
 mod newcomer;
 mod outdir;

@@ -159,6 +159,9 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
             })
         })
     }
+    fn report(&self) -> Option<serde_json::Value> {
+        guard_or_fault(&self.lib, &self.name, "report", || self.inner.report())
+    }
     fn divergence_hint(&self) -> Option<String> {
         // Asked while a divergence is reported: a hint that panics is left out.
         guard(&self.lib, &self.name, "divergence_hint", || {

@@ -326,6 +326,13 @@ pub trait ForgettingStrategy: Send {
         Ok(model)
     }
 
+    /// What the strategy reports at the run's end, for `report.json`'s `forgetting` map
+    /// (by name): figures a user reads beside the accuracy matrix (`moe-lora`'s router
+    /// choices per task). `None` (the default): nothing.
+    fn report(&self) -> Option<serde_json::Value> {
+        None
+    }
+
     /// Called after training task `cx.task`, before evaluation.
     fn after_task(&mut self, _cx: &mut TaskContext<'_>) -> Result<()> {
         Ok(())

@@ -368,6 +368,11 @@ pub struct Report {
     pub events: Vec<Event>,
     /// Memory (machine-dependent).
     pub memory: MemoryReport,
+    /// What each forgetting strategy reports at the run's end
+    /// ([`crate::strategy::ForgettingStrategy::report`]), by name: `moe-lora`'s routing table.
+    /// Left out while empty.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub forgetting: std::collections::BTreeMap<String, serde_json::Value>,
     /// Throughput (machine-dependent).
     pub throughput: Throughput,
     /// Timings (machine-dependent).

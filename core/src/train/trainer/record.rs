@@ -190,6 +190,11 @@ pub(super) fn build_report(
         training: pr.record.counters.clone(),
         events: pr.record.events.clone(),
         memory: mem,
+        forgetting: p
+            .forgetting
+            .iter()
+            .filter_map(|f| Some((f.name().to_string(), f.report()?)))
+            .collect(),
         timings,
         machine_dependent_keys: MACHINE_DEPENDENT_KEYS
             .iter()
