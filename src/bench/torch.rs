@@ -61,6 +61,8 @@ pub struct Twin<'a> {
     pub threads: usize,
     /// engram's device name (`cuda`, `cuda:N`: the same GPU; anything else: the CPU).
     pub device: &'a str,
+    /// LoRA rank on query and value (PEFT's `LoraConfig`, α = 2 × rank), BERT only.
+    pub lora_rank: Option<usize>,
 }
 
 /// Runs [`BERT_SCRIPT`] with the interpreter `python` for `twin`; `None` when the model is not
@@ -104,6 +106,9 @@ pub fn run_bert(python: &str, twin: &Twin) -> Option<serde_json::Value> {
             "--device",
             &torch_device(twin.device),
         ]);
+    if let Some(r) = twin.lora_rank {
+        cmd.args(["--lora-rank", &n(r)]);
+    }
     run_script(cmd, BERT_SCRIPT)
 }
 
@@ -200,6 +205,7 @@ mod tests {
             optimizer: BenchOptimizer::Adamw,
             threads: 2,
             device: "cpu",
+            lora_rank: None,
         };
         assert_eq!(
             image_args(&twin).unwrap().join(" "),

@@ -134,6 +134,35 @@ pub struct Lora {
     summary: Mutex<LoraSummary>,
 }
 
+/// Which factor of a LoRA adapter the parameter at `path` is, `'a'` or `'b'`, on either path:
+/// Burn's weight-path adapter (`<weight>.lora.a`) or the activation-path component's
+/// (`adapters.layers.<l>.experts.<e>.a`); `None` for any other parameter (a router's columns
+/// included). The one place the strategies on adapters (`o-lora`, `per-task-lora`) read them.
+pub fn factor(path: &str) -> Option<char> {
+    let f = if path.starts_with("adapters.") && path.contains(".experts.") {
+        path.rsplit('.').next()?
+    } else {
+        path.rsplit_once(".lora.")?.1
+    };
+    match f {
+        "a" => Some('a'),
+        "b" => Some('b'),
+        _ => None,
+    }
+}
+
+/// The path of the weight the adapter factor at `path` adapts (`blocks.1.attention.query.
+/// weight`), on either path ([`factor`]); `None` when `path` is no adapter factor of `model`.
+pub fn adapted_weight(model: &Model, path: &str) -> Option<String> {
+    factor(path)?;
+    if let Some(rest) = path.strip_prefix("adapters.layers.") {
+        let l: usize = rest.split('.').next()?.parse().ok()?;
+        let (block, local) = model.adapters()?.targets.get(l)?;
+        return Some(format!("blocks.{block}.{local}.weight"));
+    }
+    Some(path.rsplit_once(".lora.")?.0.to_string())
+}
+
 /// Whether the module path of parameter `path` (the path without its last part) is `name` or
 /// ends with `.name`.
 fn module_matches(path: &str, name: &str) -> bool {

@@ -69,12 +69,9 @@ fn factors(model: &Model) -> Vec<(String, char, Vec<usize>, Tensor<1>)> {
         .param_values()
         .into_iter()
         .filter_map(|(i, t)| {
-            let (base, f) = if let Some(b) = i.path.strip_suffix(".lora.a") {
-                (b, 'a')
-            } else {
-                (i.path.strip_suffix(".lora.b")?, 'b')
-            };
-            Some((base.to_string(), f, i.shape, t))
+            let f = crate::lora::factor(&i.path)?;
+            let base = crate::lora::adapted_weight(model, &i.path)?;
+            Some((base, f, i.shape, t))
         })
         .collect()
 }
@@ -139,6 +136,11 @@ impl ForgettingStrategy for OLora {
                 Some(src) => src.key_error("type", message.into(), Some(hint.into())),
                 None => err(&format!("{message}: {hint}")),
             });
+        }
+        if cx.model.adapters().is_some_and(|a| a.config.routed) {
+            return Err(err(
+                "o-lora keeps one adapter per layer orthogonal to the earlier tasks', and moe-lora turned them into routed pools of experts: use one of the two",
+            ));
         }
         // The current adapters must be new ones, not the last task's kept A (no merge).
         for (base, f, shape, v) in now {

@@ -305,7 +305,7 @@ impl ForgettingStrategy for PerTaskLora {
             .model
             .params()
             .iter()
-            .any(|i| i.path.ends_with(".lora.a"))
+            .any(|i| crate::lora::factor(&i.path) == Some('a'))
         {
             let message = "per-task-lora keeps each task's LoRA adapter, and the model has none";
             let hint = "add [[memory]] type = \"lora\" (merge = \"none\") to the config";
@@ -345,7 +345,7 @@ impl ForgettingStrategy for PerTaskLora {
         // `lora` with merge = "task" has replaced the adapters just kept (merged them into the
         // base, which the earlier experts' adapters do not expect).
         for (i, t) in cx.model.trainable_values() {
-            if i.path.ends_with(".lora.b")
+            if crate::lora::factor(&i.path) == Some('b')
                 && let Some(kept) = expert.params.get(&i.path)
             {
                 let moved = (kept.clone() - t).abs().max().into_scalar::<f32>();
@@ -368,9 +368,10 @@ impl ForgettingStrategy for PerTaskLora {
         let model = std::mem::replace(cx.model, Model::new(Vec::new(), 0));
         let mut n = 0u64;
         *cx.model = model.update_params(&mut |i, t| {
-            if i.path.ends_with(".lora.b") {
+            let f = crate::lora::factor(&i.path);
+            if f == Some('b') {
                 Some(t.zeros_like())
-            } else if i.path.ends_with(".lora.a") && i.shape.len() == 2 {
+            } else if f == Some('a') && i.shape.len() == 2 {
                 n += 1;
                 device.seed(engram_core::rng::derive_seed(
                     seed,

@@ -328,6 +328,7 @@ fn the_lora_text_figure_is_generated() {
             "lora-replay",
             "o-lora",
             "per-task-lora",
+            "moe-lora",
             "joint"
         ],
         "{fig}"

@@ -37,6 +37,12 @@ pub struct ThroughputArgs {
     /// each figure's median over the rounds.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
+    /// Train LoRA adapters of this rank (α = 2 × rank) on every layer's query and value
+    /// projections, the base frozen and the head trained: engram's `lora` (Burn's LoRA), and
+    /// PEFT's `LoraConfig` in the `transformers` twin (which then needs `peft`). `--model bert`
+    /// only.
+    #[arg(long)]
+    pub lora_rank: Option<usize>,
     /// Measure this process only and print its figures as one JSON line (what each
     /// `--threads` child runs).
     #[arg(long, hide = true)]
@@ -86,7 +92,15 @@ fn load_average() -> Option<[f64; 3]> {
 fn measure_here(a: &ThroughputArgs, r: &Resolved) -> Result<Value> {
     let (steps, warmup) = steps(a, &r.model);
     let device = engram::core::device::select(&a.device)?;
-    let t = engram::bench::throughput_of(&device, &r.model, r.batch, steps, warmup, r.optimizer)?;
+    let t = engram::bench::throughput_of(
+        &device,
+        &r.model,
+        r.batch,
+        steps,
+        warmup,
+        r.optimizer,
+        a.lora_rank,
+    )?;
     Ok(json!({
         "train_samples_per_s": t.train_samples_per_s,
         "step_seconds": t.step_seconds,
@@ -109,16 +123,30 @@ pub fn throughput(a: &ThroughputArgs) -> Result<()> {
             "bench throughput: --steps and --rounds must be at least 1".into(),
         ));
     }
+    if a.lora_rank.is_some() && !matches!(r.model, BenchModel::Bert { .. }) {
+        return Err(Error::Usage(
+            "bench throughput: --lora-rank goes with --model bert (the PEFT twin is a transformers BERT)".into(),
+        ));
+    }
+    if a.lora_rank == Some(0) {
+        return Err(Error::Usage(
+            "bench throughput: --lora-rank must be at least 1 (8 is Hu et al.'s and PEFT's common rank)".into(),
+        ));
+    }
     let counts = thread_counts(a)?;
     if a.single {
         println!("{}", measure_here(a, &r)?);
         return Ok(());
     }
     println!(
-        "engram (Burn {}, device {}), {}, batch {}, {} {} steps after {warmup} of warm-up; load average {}",
+        "engram (Burn {}, device {}), {}{}, batch {}, {} {} steps after {warmup} of warm-up; load average {}",
         engram::core::BURN_VERSION,
         a.device,
         r.model.describe(),
+        a.lora_rank.map_or(String::new(), |r| format!(
+            ", LoRA rank {r} (alpha {}) on query and value, base frozen",
+            2 * r
+        )),
         r.batch,
         steps,
         r.optimizer.name(),
@@ -139,6 +167,7 @@ pub fn throughput(a: &ThroughputArgs) -> Result<()> {
     }
     out["model"] = r.model.describe().into();
     out["optimizer"] = r.optimizer.name().into();
+    out["lora_rank"] = json!(a.lora_rank);
     out["batch"] = r.batch.into();
     out["steps"] = steps.into();
     out["load_average_before"] = json!(load_average());

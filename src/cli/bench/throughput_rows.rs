@@ -23,7 +23,11 @@ fn engram_child(a: &ThroughputArgs, threads: usize) -> Result<Value> {
     let mut cmd = std::process::Command::new(&exe);
     cmd.args(["bench", "throughput", "--single", "--device", &a.device])
         .args(a.model.to_args());
-    for (flag, v) in [("--steps", a.steps), ("--warmup", a.warmup)] {
+    for (flag, v) in [
+        ("--steps", a.steps),
+        ("--warmup", a.warmup),
+        ("--lora-rank", a.lora_rank),
+    ] {
         if let Some(v) = v {
             cmd.args([flag, &v.to_string()]);
         }
@@ -67,6 +71,7 @@ fn twin(a: &ThroughputArgs, r: &Resolved, threads: usize) -> Option<Value> {
                 optimizer: r.optimizer,
                 threads,
                 device: &a.device,
+                lora_rank: a.lora_rank,
             };
             if matches!(model, BenchModel::Bert { .. }) {
                 engram::bench::torch::run_bert(&a.python, &twin)
@@ -170,8 +175,11 @@ pub fn rows(a: &ThroughputArgs, r: &Resolved, counts: &[usize]) -> Result<Rows> 
     };
     match (&out.torch, &r.model) {
         (Some(v), BenchModel::Bert { .. }) => println!(
-            "PyTorch {v}, transformers {}: BertModel and a linear head, {script}; peak RSS of each process (VmHWM / ru_maxrss)",
-            out.transformers.as_deref().unwrap_or("?")
+            "PyTorch {v}, transformers {}{}: BertModel and a linear head, {script}; peak RSS of each process (VmHWM / ru_maxrss)",
+            out.transformers.as_deref().unwrap_or("?"),
+            a.lora_rank.map_or(String::new(), |r| format!(
+                ", PEFT LoRA rank {r} on query and value"
+            ))
         ),
         (Some(v), _) => println!("PyTorch {v}: the plain loop of {script}"),
         (None, BenchModel::Mlp { depth, width })
