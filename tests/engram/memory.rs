@@ -704,7 +704,8 @@ fn the_bert_memory_figure_is_generated() {
 
 /// book/src/figures/bert-throughput.md is `bench/bert-throughput.sh`'s output (a golden file:
 /// MiniLM against `transformers` is not run here): the command, one row per thread count with
-/// both sides' sequences/s, their ratio and peak RSS, each round, and the reference.
+/// both sides' sequences/s, their ratio and peak RSS, each round, and the reference;
+/// for full fine-tuning, then LoRA beside PEFT on either of engram's adapter paths.
 #[test]
 fn the_bert_throughput_figure_is_generated() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -726,16 +727,22 @@ fn the_bert_throughput_figure_is_generated() {
         .filter(|l| l.starts_with("| ") && !l.starts_with("| threads"))
         .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
         .collect();
-    assert_eq!(rows.len(), 2, "{fig}");
-    for (row, threads) in rows.iter().zip(["1", "2"]) {
+    // Full fine-tuning, LoRA on the weight path, LoRA on the activation path: 1 and 2 threads.
+    assert_eq!(rows.len(), 6, "{fig}");
+    for (row, threads) in rows.iter().zip(["1", "2"].iter().cycle()) {
         assert_eq!(row.len(), 7, "{row:?}");
-        assert_eq!(row[0], threads);
+        assert_eq!(row[0], *threads);
         let (e, t): (f64, f64) = (row[1].parse().unwrap(), row[2].parse().unwrap());
         let ratio: f64 = row[3].trim_end_matches('×').parse().unwrap();
         assert!((ratio - e / t).abs() < 0.01, "{row:?}");
         assert_eq!(row[6].split(", ").count(), 3, "three rounds: {row:?}");
     }
     assert!(fig.contains("5.6 / 12.2 sequences/s"), "{fig}");
+    assert!(
+        fig.contains("--lora-rank 8`") && fig.contains("--lora-path activation`"),
+        "{fig}"
+    );
+    assert!(fig.contains("PEFT 0.21.2's LoraConfig"), "{fig}");
     let script = std::fs::read_to_string(root.join("bench/bert-throughput.sh")).unwrap();
     assert!(script.contains("> book/src/figures/bert-throughput.md.tmp"));
 }

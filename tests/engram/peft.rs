@@ -111,15 +111,21 @@ fn params(model: &Model) -> HashMap<String, Vec<f32>> {
 
 #[test]
 fn peft_export_has_peft_keys_and_loads_back_to_the_same_logits() {
-    round_trip("pooling = \"mean\"\n");
-    round_trip("pooling = \"cls\"\n");
+    round_trip("pooling = \"mean\"\n", "");
+    round_trip("pooling = \"cls\"\n", "");
+    // engram's activation-path adapters (with PEFT's lora_dropout) export to the same keys.
+    round_trip(
+        "pooling = \"mean\"\n",
+        "path = \"activation\"\ndropout = 0.1\n",
+    );
 }
 
 /// The export's keys, config and factors, `[model] adapter`'s exact round trip and, with
-/// `ENGRAM_PEFT_PYTHON`, PEFT's logits, for a run whose `[model]` has `pooling`.
-fn round_trip(pooling: &str) {
+/// `ENGRAM_PEFT_PYTHON`, PEFT's logits, for a run whose `[model]` has `pooling` and whose
+/// `lora` entry has `lora_extra`.
+fn round_trip(pooling: &str, lora_extra: &str) {
     let d = tempfile::tempdir().unwrap();
-    let cfg = config(d.path(), "run.toml", pooling, "");
+    let cfg = config(d.path(), "run.toml", pooling, lora_extra);
     let out = d.path().join("out");
     let (code, log) = run_quiet(&cfg, &out, &[], &[]);
     assert_eq!(code, 0, "{log}");
@@ -146,6 +152,10 @@ fn round_trip(pooling: &str) {
         assert_eq!(Value::Object(keys), fixture["keys"]);
         for (field, want) in fixture["config"].as_object().unwrap() {
             let got = &written[field];
+            if field == "lora_dropout" && !lora_extra.is_empty() {
+                assert_eq!(got.as_f64(), Some(0.1), "{field}");
+                continue;
+            }
             match (got.as_f64(), want.as_f64()) {
                 (Some(g), Some(w)) => assert_eq!(g, w, "{field}"),
                 _ => assert_eq!(got, want, "{field}"),
@@ -181,8 +191,18 @@ fn round_trip(pooling: &str) {
     let model = checkpoint_model(&out);
     let p = params(&model);
     let scale = 4.0 / 2.0;
-    let a = &p["blocks.1.attention.query.weight.lora.a"];
-    let b = &p["blocks.1.attention.query.weight.lora.b"];
+    let adapted = peft::adapted(&model).unwrap();
+    let q = adapted
+        .iter()
+        .find(|x| x.module == "blocks.1.attention.query")
+        .unwrap();
+    assert_eq!(
+        q.a.starts_with("adapters."),
+        !lora_extra.is_empty(),
+        "{}",
+        q.a
+    );
+    let (a, b) = (&p[&q.a], &p[&q.b]);
     let key =
         |f: &str| format!("base_model.model.encoder.layer.0.attention.self.query.lora_{f}.weight");
     let (sa, la) = &tensors[&key("A")];
@@ -214,7 +234,7 @@ fn round_trip(pooling: &str) {
         d.path(),
         "back.toml",
         &format!("{pooling}adapter = \"{}\"\n", dir.display()),
-        "",
+        lora_extra,
     );
     let loaded = engram::core::config::LoadedConfig::load(&back, &[]).unwrap();
     let prepared = engram::core::train::trainer::prepare(loaded, &engram::registry()).unwrap();

@@ -43,6 +43,11 @@ pub struct ThroughputArgs {
     /// only.
     #[arg(long)]
     pub lora_rank: Option<usize>,
+    /// Where engram's LoRA adapters sit with `--lora-rank`: `weight` (Burn's LoRA inside the
+    /// weight, `lora`'s default) or `activation` (engram's adapter component beside the layer,
+    /// `path = "activation"`).
+    #[arg(long, default_value = "weight", value_parser = ["weight", "activation"])]
+    pub lora_path: String,
     /// Measure this process only and print its figures as one JSON line (what each
     /// `--threads` child runs).
     #[arg(long, hide = true)]
@@ -99,7 +104,7 @@ fn measure_here(a: &ThroughputArgs, r: &Resolved) -> Result<Value> {
         steps,
         warmup,
         r.optimizer,
-        a.lora_rank,
+        a.lora_rank.map(|rank| (rank, a.lora_path == "activation")),
     )?;
     Ok(json!({
         "train_samples_per_s": t.train_samples_per_s,
@@ -144,8 +149,9 @@ pub fn throughput(a: &ThroughputArgs) -> Result<()> {
         a.device,
         r.model.describe(),
         a.lora_rank.map_or(String::new(), |r| format!(
-            ", LoRA rank {r} (alpha {}) on query and value, base frozen",
-            2 * r
+            ", LoRA rank {r} (alpha {}) on query and value, base frozen, on the {} path",
+            2 * r,
+            a.lora_path
         )),
         r.batch,
         steps,
@@ -168,6 +174,7 @@ pub fn throughput(a: &ThroughputArgs) -> Result<()> {
     out["model"] = r.model.describe().into();
     out["optimizer"] = r.optimizer.name().into();
     out["lora_rank"] = json!(a.lora_rank);
+    out["lora_path"] = json!(a.lora_rank.map(|_| a.lora_path.clone()));
     out["batch"] = r.batch.into();
     out["steps"] = steps.into();
     out["load_average_before"] = json!(load_average());

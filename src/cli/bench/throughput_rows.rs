@@ -32,6 +32,7 @@ fn engram_child(a: &ThroughputArgs, threads: usize) -> Result<Value> {
             cmd.args([flag, &v.to_string()]);
         }
     }
+    cmd.args(["--lora-path", &a.lora_path]);
     let out = cmd
         .env("RAYON_NUM_THREADS", threads.to_string())
         .stderr(std::process::Stdio::inherit())

@@ -14,7 +14,8 @@
 //!   `base_model.model.<module>.<weight|bias>` in PyTorch's layout.
 //! - `adapter_config.json`: `peft_type = "LORA"`, `r`, `lora_alpha` (`α`), `target_modules`
 //!   (the shortest name suffixes that pick exactly the adapted layers of `BertModel`),
-//!   `modules_to_save` (full module names), `lora_dropout` 0, `bias` `"none"`,
+//!   `modules_to_save` (full module names), `lora_dropout` (the activation path's dropout, 0 on
+//!   the weight path), `bias` `"none"`,
 //!   `fan_in_fan_out` false, `task_type` null (the base is a plain `BertModel`),
 //!   `base_model_name_or_path` (the run's `[model] init` directory, or null).
 //! - `engram_head.safetensors` + `engram_head.json`: engram's classifier, which is no
@@ -161,9 +162,15 @@ fn linears(l: &EncoderLayer) -> [(&'static str, &Linear); 6] {
 /// One adapted layer of a model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Adapted {
-    /// engram's module path (`blocks.1.attention.query`); its factors are the parameters
-    /// `<module>.weight.lora.a` `[d_in, r]` and `.lora.b` `[r, d_out]`.
+    /// engram's module path (`blocks.1.attention.query`).
     pub module: String,
+    /// The path of its factor `A` `[d_in, r]`: `<module>.weight.lora.a` on the weight path
+    /// (Burn's LoRA), `adapters.layers.<l>.experts.0.a` on the activation path.
+    pub a: String,
+    /// The path of its factor `B` `[r, d_out]`, beside `a`'s.
+    pub b: String,
+    /// Dropout on the adapter's input (PEFT's `lora_dropout`): 0 on the weight path.
+    pub dropout: f64,
     /// `[d_in, d_out]` of the weight.
     pub shape: [usize; 2],
     /// Rank `r`.
@@ -177,12 +184,16 @@ fn usage(message: impl Into<String>) -> Error {
     Error::Usage(message.into())
 }
 
-/// The adapted layers of engram's BERT `model`, in module order.
+/// The adapted layers of engram's BERT `model`, in module order, on either path: Burn's
+/// weight-path LoRA or the activation-path component ([`crate::model::adapter`]) with one
+/// adapter per layer (what PEFT's `LoraLayer` computes, `x·W₀ + (α/r)·drop(x)·A·B`).
 ///
 /// # Errors
 /// [`Error::Usage`] when `model` is not engram's BERT, when an embedding or the head carries an
-/// adapter (PEFT's `Embedding` adapter and engram's head are not written), or when the adapters
-/// differ in rank or scale (PEFT's config holds one `r` and one `lora_alpha`).
+/// adapter (PEFT's `Embedding` adapter and engram's head are not written), when the adapters
+/// differ in rank or scale (PEFT's config holds one `r` and one `lora_alpha`), or when an
+/// activation-path layer holds a routed mixture or several adapters (`moe-lora`: no PEFT
+/// `LoraConfig` form).
 pub fn adapted(model: &Model) -> Result<Vec<Adapted>> {
     let p = parts(model).ok_or_else(|| {
         usage(
@@ -190,6 +201,40 @@ pub fn adapted(model: &Model) -> Result<Vec<Adapted>> {
              export this model's merged weights with --safetensors",
         )
     })?;
+    if let Some(ad) = model.adapters() {
+        if ad.config.routed || ad.layers.iter().any(|l| l.experts.len() != 1) {
+            return Err(usage(
+                "the model's adapters are a routed mixture of experts (moe-lora), which no PEFT \
+                 LoraConfig describes; evaluate the run with engram itself",
+            ));
+        }
+        let names: Vec<&str> = p
+            .layers
+            .first()
+            .map_or(Vec::new(), |l| linears(l).iter().map(|(n, _)| *n).collect());
+        let mut out = Vec::new();
+        for (l, ((block, local), shape)) in ad.targets.iter().zip(&ad.shapes).enumerate() {
+            if *block == 0 || *block > p.layers.len() || !names.contains(&local.as_str()) {
+                return Err(usage(format!(
+                    "blocks.{block}.{local} carries an adapter outside the encoder layers, which \
+                     PEFT's BertModel adapter does not hold; adapt Linear layers of the encoder \
+                     only (targets = [\"query\", \"value\"]), or export merged weights with \
+                     --safetensors"
+                )));
+            }
+            out.push(Adapted {
+                module: format!("blocks.{block}.{local}"),
+                a: format!("adapters.layers.{l}.experts.0.a"),
+                b: format!("adapters.layers.{l}.experts.0.b"),
+                dropout: ad.config.dropout,
+                shape: *shape,
+                rank: ad.config.rank,
+                scale: ad.config.scale,
+            });
+        }
+        out.sort_by(|x, y| x.module.cmp(&y.module));
+        return Ok(out);
+    }
     let e = p.embeddings;
     if [&e.word.weight, &e.position.weight, &e.token_type.weight]
         .iter()
@@ -207,8 +252,12 @@ pub fn adapted(model: &Model) -> Result<Vec<Adapted>> {
         for (name, lin) in linears(l) {
             if let Some(a) = lin.weight.adapter() {
                 let [d_in, d_out] = lin.weight.shape().dims();
+                let module = format!("blocks.{}.{name}", i + 1);
                 out.push(Adapted {
-                    module: format!("blocks.{}.{name}", i + 1),
+                    a: format!("{module}.weight.lora.a"),
+                    b: format!("{module}.weight.lora.b"),
+                    dropout: 0.0,
+                    module,
                     shape: [d_in, d_out],
                     rank: a.a.shape().dims::<2>()[1],
                     scale: a.scale,
@@ -366,14 +415,6 @@ pub fn read_safetensors(path: &Path) -> std::result::Result<Tensors, String> {
 /// layer's base weight differs from `initial`'s (`merge = "task"` folded adapters into it, so
 /// PEFT's base would be the wrong one); [`Error::Io`] when a file cannot be written.
 pub fn export(model: &Model, initial: &Model, base: Option<&Path>, dir: &Path) -> Result<Exported> {
-    if model.adapters().is_some() {
-        return Err(usage(
-            "this checkpoint's adapters are on the activation path ([[memory]] lora with \
-             path = \"activation\" or dropout, or moe-lora's experts); --peft writes lora's \
-             weight-path adapters (path = \"weight\"). Export the merged weights with \
-             --safetensors instead (a moe-lora mixture has none)",
-        ));
-    }
     let adapted = adapted(model)?;
     let Some(first) = adapted.first() else {
         return Err(usage(
@@ -417,8 +458,9 @@ pub fn export(model: &Model, initial: &Model, base: Option<&Path>, dir: &Path) -
         let hf = hf_module(&a.module)
             .ok_or_else(|| usage(format!("{}: no BertModel name", a.module)))?;
         let get = |f: &str| {
-            now.get(&format!("{}.weight.lora.{f}", a.module))
-                .ok_or_else(|| Error::Other(format!("{}: no lora.{f}", a.module)))
+            let path = if f == "a" { &a.a } else { &a.b };
+            now.get(path)
+                .ok_or_else(|| Error::Other(format!("{}: no factor {path}", a.module)))
         };
         let [d_in, d_out] = a.shape;
         let r = a.rank;
@@ -463,6 +505,7 @@ pub fn export(model: &Model, initial: &Model, base: Option<&Path>, dir: &Path) -
     let config = adapter_config(
         first.rank,
         alpha,
+        first.dropout,
         suffixes(&modules, &linear_modules),
         &modules_to_save,
         base,
@@ -485,11 +528,13 @@ pub fn export(model: &Model, initial: &Model, base: Option<&Path>, dir: &Path) -
     })
 }
 
-/// PEFT's `adapter_config.json` for plain LoRA of rank `rank` and `lora_alpha` `alpha` on
+/// PEFT's `adapter_config.json` for plain LoRA of rank `rank`, `lora_alpha` `alpha` and
+/// `lora_dropout` `dropout` on
 /// `target_modules`, with `modules_to_save` (none when empty) over the `BertModel` at `base`.
 fn adapter_config(
     rank: usize,
     alpha: f64,
+    dropout: f64,
     target_modules: Vec<String>,
     modules_to_save: &[String],
     base: Option<&Path>,
@@ -500,7 +545,7 @@ fn adapter_config(
         "r": rank,
         "lora_alpha": alpha,
         "target_modules": target_modules,
-        "lora_dropout": 0.0,
+        "lora_dropout": dropout,
         "bias": "none",
         "fan_in_fan_out": false,
         "modules_to_save": if modules_to_save.is_empty() { None } else { Some(&modules_to_save) },

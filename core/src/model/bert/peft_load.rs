@@ -188,7 +188,11 @@ fn factor_values(
             } else {
                 (vec![d_out, r], transpose(v, d_out, r))
             };
-            (format!("{module}.weight.lora.{f}"), want, values)
+            (
+                if f == "a" { a.a.clone() } else { a.b.clone() },
+                want,
+                values,
+            )
         } else {
             let Some(n) = names.iter().find(|n| n.hf == name) else {
                 return Err(no_module(key, "names no parameter of this BERT"));
@@ -213,8 +217,8 @@ fn factor_values(
         new.insert(path, values);
     }
     for a in adapted {
-        for f in ["a", "b"] {
-            if !new.contains_key(&format!("{}.weight.lora.{f}", a.module)) {
+        for (f, path) in [("a", &a.a), ("b", &a.b)] {
+            if !new.contains_key(path) {
                 return Err(refuse(
                     format!(
                         "{} has no lora_{} for {}, which the run adapts",
