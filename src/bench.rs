@@ -143,7 +143,11 @@ pub fn throughput_of(
         net = Lora::new(LoraParams {
             rank,
             alpha: 2.0 * rank as f64,
-            path: activation.then_some(AdapterPath::Activation),
+            path: if activation {
+                AdapterPath::Activation
+            } else {
+                AdapterPath::Weight
+            },
             ..LoraParams::default()
         })
         .adapt(net)?;

@@ -28,7 +28,8 @@ use engram_core::burn::module::{Lora as BurnLora, Module, ParamGroup, ParamId};
 use engram_core::component::Component;
 use engram_core::config::ParamSource;
 use engram_core::model::Model;
-use engram_core::model::adapter::{AdapterConfig, Adapters};
+use engram_core::model::ParamInfo;
+use engram_core::model::adapter::{AdapterConfig, Adapters, LinearLayer};
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{
     MemoryLayer, MemoryStrategy, Next, StepOutcome, StepRequest, StrategyState, TaskInfo,
@@ -51,9 +52,12 @@ pub enum Merge {
 }
 
 /// Where the adapters sit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AdapterPath {
+    /// Chosen by `dropout`: the activation path above 0, the weight path at 0.
+    #[default]
+    Auto,
     /// On the weight: Burn's LoRA (`W₀ + (α/r)·A·B`), any rank-2 parameter; no dropout.
     Weight,
     /// Beside the layer: engram's activation-path component
@@ -87,10 +91,10 @@ pub struct LoraParams {
     /// Dropout on the adapter's input (PEFT's `lora_dropout`), in `[0, 1)`; above 0 it needs
     /// `path = "activation"` (the default then). Default 0.
     pub dropout: f64,
-    /// Where the adapters sit: `"weight"` (Burn's LoRA, the default without dropout) or
-    /// `"activation"` (engram's adapter component: the default with dropout, and what
-    /// `moe-lora` needs). Unset: chosen by `dropout`.
-    pub path: Option<AdapterPath>,
+    /// Where the adapters sit: `"weight"` (Burn's LoRA), `"activation"` (engram's adapter
+    /// component: adapter dropout, and what `moe-lora` needs) or `"auto"` (the default: the
+    /// activation path when `dropout` is above 0, else the weight path).
+    pub path: AdapterPath,
 }
 
 impl Default for LoraParams {
@@ -103,7 +107,7 @@ impl Default for LoraParams {
             train: Vec::new(),
             merge: Merge::None,
             dropout: 0.0,
-            path: None,
+            path: AdapterPath::Auto,
         }
     }
 }
@@ -132,6 +136,48 @@ pub struct Lora {
     /// Where the keys came from, for errors positioned at them (none when built in code).
     src: Option<ParamSource>,
     summary: Mutex<LoraSummary>,
+}
+
+/// The config's `lora` entry among `memory`, its keys decoded (defaults for the absent ones):
+/// what the strategies on adapters check their setting against
+/// ([`engram_core::strategy::ForgettingStrategy::memory_refusal`]). `None` when there is no
+/// `lora` entry, or its keys do not decode (its own entry says why).
+pub fn lora_entry(memory: &[engram_core::config::StrategyEntry]) -> Option<Lora> {
+    let e = memory.iter().find(|e| e.kind == LoraParams::NAME)?;
+    let p: LoraParams = toml::Value::Table(e.params.clone()).try_into().ok()?;
+    Some(Lora::new(p))
+}
+
+/// `memory_refusal` of a strategy that needs a `lora` entry (`who` names it, `what` says what
+/// it does with the adapters) whose setting `ok` accepts, else `refusal` (message, hint).
+pub(crate) fn needs_lora(
+    memory: &[engram_core::config::StrategyEntry],
+    who: &str,
+    what: &str,
+    ok: impl Fn(&Lora) -> Result<(), (String, String)>,
+) -> Option<engram_core::strategy::MemoryRefusal> {
+    let refuse = |message: String, hint: String| {
+        Some(engram_core::strategy::MemoryRefusal {
+            key: "type",
+            message,
+            hint,
+        })
+    };
+    if !memory.iter().any(|e| e.kind == LoraParams::NAME) {
+        return refuse(
+            format!("{who} {what}, and the config has no [[memory]] type = \"lora\" to attach them"),
+            "add a [[memory]] type = \"lora\" entry (the book's adapters chapter shows each method's)".into(),
+        );
+    }
+    let lora = lora_entry(memory)?;
+    ok(&lora).err().and_then(|(m, h)| refuse(m, h))
+}
+
+impl Lora {
+    /// The keys the strategy was built with.
+    pub fn params(&self) -> &LoraParams {
+        &self.params
+    }
 }
 
 /// Which factor of a LoRA adapter the parameter at `path` is, `'a'` or `'b'`, on either path:
@@ -181,13 +227,13 @@ impl Lora {
         }
     }
 
-    /// Where the adapters sit: `path`, or by `dropout` when unset.
+    /// Where the adapters sit: `path`, or by `dropout` for `"auto"` (never `Auto`).
     pub fn path(&self) -> AdapterPath {
-        self.params.path.unwrap_or(if self.params.dropout > 0.0 {
-            AdapterPath::Activation
-        } else {
-            AdapterPath::Weight
-        })
+        match self.params.path {
+            AdapterPath::Auto if self.params.dropout > 0.0 => AdapterPath::Activation,
+            AdapterPath::Auto => AdapterPath::Weight,
+            p => p,
+        }
     }
 
     /// What the last [`Lora::adapt`] did.
@@ -195,26 +241,30 @@ impl Lora {
         self.summary.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    /// `model` with a LoRA adapter on every rank-2 parameter that `targets` names, every other
-    /// parameter frozen but those of the `head` blocks (when `head`) and of the `train` layers.
-    ///
-    /// # Errors
-    /// When `targets` names no rank-2 parameter of the model (the message lists the layers it
-    /// has) or the model already carries adapters: [`Error::Config`] at the entry's `targets`
-    /// when the strategy came from a config, [`Error::Strategy`] otherwise.
-    pub fn adapt(&self, model: Model) -> Result<Model> {
-        let p = &self.params;
-        let params = model.params();
-        // The names a target can use: the last part of each rank-2 parameter's module path.
-        let mut layers: Vec<&str> = params
-            .iter()
-            .filter(|i| i.shape.len() == 2)
-            .filter_map(|i| i.path.rsplit_once('.')?.0.rsplit('.').next())
-            .collect();
+    /// The names a target can use: the last part of each rank-2 parameter's module path (on
+    /// the activation path, of each linear layer the blocks route through it), sorted.
+    fn layer_names<'a>(&self, params: &'a [ParamInfo], linears: &'a [LinearLayer]) -> Vec<&'a str> {
+        let mut layers: Vec<&str> = if self.path() == AdapterPath::Activation {
+            linears
+                .iter()
+                .filter_map(|l| l.path.rsplit('.').next())
+                .collect()
+        } else {
+            params
+                .iter()
+                .filter(|i| i.shape.len() == 2)
+                .filter_map(|i| i.path.rsplit_once('.')?.0.rsplit('.').next())
+                .collect()
+        };
         layers.sort_unstable();
         layers.dedup();
-        let err = |key: &str, message: String| {
-            match &self.src {
+        layers
+    }
+
+    /// An error at the entry's `key` (with a hint naming `layers`), or a strategy error when the
+    /// strategy was built in code.
+    fn error(&self, key: &str, message: String, layers: &[&str]) -> Error {
+        match &self.src {
             Some(src) => src.key_error(
                 key,
                 message,
@@ -228,7 +278,20 @@ impl Lora {
                 message,
             },
         }
-        };
+    }
+
+    /// The parameters `targets` adapts, after checking that every name of `targets` and
+    /// `train` names something, that the model carries no adapters yet, that the rank fits,
+    /// and, on the activation path, that every target is a linear layer routed through it.
+    fn targeted(
+        &self,
+        model: &Model,
+        params: &[ParamInfo],
+        linears: &[LinearLayer],
+    ) -> Result<Vec<ParamInfo>> {
+        let p = &self.params;
+        let layers = self.layer_names(params, linears);
+        let err = |key: &str, message: String| self.error(key, message, &layers);
         if params.iter().any(|i| i.path.contains(".lora.")) || model.adapters().is_some() {
             return Err(err(
                 "targets",
@@ -257,9 +320,10 @@ impl Lora {
                 ));
             }
         }
-        let targeted: Vec<_> = params
+        let targeted: Vec<ParamInfo> = params
             .iter()
             .filter(|i| i.shape.len() == 2 && p.targets.iter().any(|t| module_matches(&i.path, t)))
+            .cloned()
             .collect();
         // A rank above min(d_in, d_out) is no low-rank update (and a huge one cannot be allocated).
         if let Some(i) = targeted
@@ -270,35 +334,97 @@ impl Lora {
                 "rank {} is above {}'s smaller side ({:?}): a low-rank adapter needs rank ≤ min(d_in, d_out)",
                 p.rank, i.path, i.shape
             );
+            let fits = targeted
+                .iter()
+                .map(|i| i.shape[0].min(i.shape[1]))
+                .min()
+                .unwrap_or(1);
             return Err(match &self.src {
-                Some(src) => src.key_error("rank", message, Some("rank = 8".into())),
+                Some(src) => src.key_error(
+                    "rank",
+                    message,
+                    Some(format!(
+                        "rank = {fits} (the smallest side among the targets), or leave {} out of targets",
+                        i.path.trim_end_matches(".weight")
+                    )),
+                ),
                 None => err("rank", message),
             });
         }
-        let activation = self.path() == AdapterPath::Activation;
-        let linears = engram_core::model::adapter::linear_layers(&model);
-        if activation {
+        if self.path() == AdapterPath::Activation {
             let missing: Vec<&str> = targeted
                 .iter()
-                .filter_map(|i| i.path.strip_suffix(".weight").or(Some(i.path.as_str())))
+                .map(|i| i.path.strip_suffix(".weight").unwrap_or(&i.path))
                 .filter(|m| !linears.iter().any(|l| &l.path == m))
                 .collect();
             if !missing.is_empty() {
-                let mut names: Vec<&str> = linears
-                    .iter()
-                    .filter_map(|l| l.path.rsplit('.').next())
-                    .collect();
-                names.sort_unstable();
-                names.dedup();
                 return Err(err(
                     "targets",
                     format!(
                         "path = \"activation\" adapts linear layers that the blocks route through the adapter component, and {missing:?} are not among them (Burn's attention inside the ViT, embeddings, a plugin block that does not call ForwardCtx::linear); the layers it can adapt are named {}",
-                        names.join(", ")
+                        layers.join(", ")
                     ),
                 ));
             }
         }
+        Ok(targeted)
+    }
+
+    /// `model` frozen, with one adapter on each of `targeted`: Burn's LoRA on the weight path,
+    /// the adapter component on the activation path (drawn from the run seed and the merges so
+    /// far, so each task's fresh adapters differ).
+    fn attach(&self, model: Model, targeted: &[ParamInfo], linears: Vec<LinearLayer>) -> Model {
+        let p = &self.params;
+        if self.path() != AdapterPath::Activation {
+            let lora = BurnLora::new(p.rank, p.alpha).set_param_group(ParamGroup::from_ids(
+                targeted.iter().map(|i| i.id).collect(),
+            ));
+            return model.apply_lora(lora);
+        }
+        let chosen: Vec<LinearLayer> = linears
+            .into_iter()
+            .filter(|l| {
+                targeted
+                    .iter()
+                    .any(|i| i.path == format!("{}.weight", l.path))
+            })
+            .collect();
+        let config = AdapterConfig {
+            scale: p.alpha / p.rank as f64,
+            rank: p.rank,
+            dropout: p.dropout,
+            top_k: 1,
+            routed: false,
+            balance: 0.0,
+        };
+        let device = model.devices().into_iter().next().unwrap_or_default();
+        let merges = self.summary().merges as u64;
+        let adapters = Adapters::new(
+            chosen.iter().map(|l| (l.block, l.local.clone())).collect(),
+            chosen.iter().map(|l| l.shape).collect(),
+            config,
+        )
+        .grow(
+            1,
+            engram_core::rng::derive_seed(self.seed, LoraParams::NAME, merges, 0),
+            &device,
+        );
+        model.freeze().map_adapters(|_| Some(adapters))
+    }
+
+    /// `model` with a LoRA adapter on every rank-2 parameter that `targets` names, every other
+    /// parameter frozen but those of the `head` blocks (when `head`) and of the `train` layers.
+    ///
+    /// # Errors
+    /// When `targets` names no rank-2 parameter of the model (the message lists the layers it
+    /// has), a rank does not fit, an activation-path target is not a routed linear layer, or
+    /// the model already carries adapters: [`Error::Config`] at the entry's key when the
+    /// strategy came from a config, [`Error::Strategy`] otherwise.
+    pub fn adapt(&self, model: Model) -> Result<Model> {
+        let p = &self.params;
+        let params = model.params();
+        let linears = engram_core::model::adapter::linear_layers(&model);
+        let targeted = self.targeted(&model, &params, &linears)?;
         // The blocks whose parameters stay trainable: the head blocks, by kind.
         let head_blocks: Vec<String> = model
             .blocks()
@@ -315,42 +441,7 @@ impl Lora {
             })
             .map(|i| i.id)
             .collect();
-        let mut model = if activation {
-            let chosen: Vec<_> = linears
-                .into_iter()
-                .filter(|l| {
-                    targeted
-                        .iter()
-                        .any(|i| i.path == format!("{}.weight", l.path))
-                })
-                .collect();
-            let config = AdapterConfig {
-                scale: p.alpha / p.rank as f64,
-                rank: p.rank,
-                dropout: p.dropout,
-                top_k: 1,
-                routed: false,
-                balance: 0.0,
-            };
-            let device = model.devices().into_iter().next().unwrap_or_default();
-            let merges = self.summary().merges as u64;
-            let adapters = Adapters::new(
-                chosen.iter().map(|l| (l.block, l.local.clone())).collect(),
-                chosen.iter().map(|l| l.shape).collect(),
-                config,
-            )
-            .grow(
-                1,
-                engram_core::rng::derive_seed(self.seed, LoraParams::NAME, merges, 0),
-                &device,
-            );
-            model.freeze().map_adapters(|_| Some(adapters))
-        } else {
-            let lora = BurnLora::new(p.rank, p.alpha).set_param_group(ParamGroup::from_ids(
-                targeted.iter().map(|i| i.id).collect(),
-            ));
-            model.apply_lora(lora)
-        };
+        let mut model = self.attach(model, &targeted, linears);
         if !keep.is_empty() {
             model = model.unfreeze_group(ParamGroup::from_ids(keep));
         }
@@ -455,7 +546,7 @@ fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>
             Some("remove dropout (LoRA without dropout is Hu et al.'s own setting)".into()),
         ));
     }
-    if p.dropout != 0.0 && p.path == Some(AdapterPath::Weight) {
+    if p.dropout != 0.0 && p.path == AdapterPath::Weight {
         return Err(src.key_error(
             "dropout",
             format!("dropout = {} needs the adapter on the activation path; path = \"weight\" is Burn's LoRA, inside the weight, where no dropout can act", p.dropout),
@@ -504,271 +595,5 @@ pub(crate) mod tests_support {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::tests_support::*;
-    use super::*;
-    use engram_core::burn::tensor::Tensor;
-
-    fn values(t: Tensor<1>) -> Vec<f32> {
-        t.into_data().try_to_vec::<f32>().unwrap()
-    }
-
-    /// `[d_in, d_out]` row-major product `a [d_in, r] · b [r, d_out]`.
-    fn matmul(a: &[f32], b: &[f32], n: usize, k: usize, m: usize) -> Vec<f32> {
-        (0..n * m)
-            .map(|ij| (0..k).map(|l| a[ij / m * k + l] * b[l * m + ij % m]).sum())
-            .collect()
-    }
-
-    fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-        (0..rows * cols)
-            .map(|ij| a[(ij % rows) * cols + ij / rows])
-            .collect()
-    }
-
-    fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
-        assert_eq!(got.len(), want.len(), "{what}: length");
-        let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
-        for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            assert!((g - w).abs() <= tol * scale, "{what}[{i}]: {g} vs {w}");
-        }
-    }
-
-    /// The base is frozen (no gradient), the head and the adapters train, and the adapters'
-    /// gradients are the chain rule through `W = W₀ + s·A·B` (Hu et al. 2021, eq. 3):
-    /// `∂L/∂B = s·Aᵀ·∂L/∂W` and `∂L/∂A = s·∂L/∂W·Bᵀ`, with `∂L/∂W` the plain model's weight
-    /// gradient (equal at any `B` once the effective weight is the same).
-    #[test]
-    fn adapter_gradients_follow_the_chain_rule_and_the_base_gets_none() {
-        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
-        let (m, b) = setup();
-        let s = lora("rank = 2\nalpha = 6.0\ntargets = [\"0.linear\", \"1.linear\"]");
-        let adapted = s.adapt(m.clone()).unwrap();
-        let summary = s.summary();
-        assert_eq!(
-            summary.adapted,
-            ["blocks.0.linear.weight", "blocks.1.linear.weight"]
-        );
-        // Adapters: (12 + 16)·2 + (16 + 16)·2 = 120; head: 16·4 + 4 = 68.
-        assert_eq!(summary.adapter_parameters, 120);
-        assert_eq!(summary.trainable_parameters, 188);
-        assert_eq!(adapted.trainable_numel(), 188);
-        // The frozen base: every original parameter but the head's 68.
-        assert_eq!(summary.frozen_parameters as usize, m.numel() - 68);
-        // Move B away from 0 so both factor gradients are non-zero: one SGD step.
-        let g = step_grads(&adapted, &b);
-        let names: Vec<String> = adapted
-            .flat_grads(&g)
-            .iter()
-            .map(|(i, _)| i.path.clone())
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "blocks.0.linear.weight.lora.a",
-                "blocks.0.linear.weight.lora.b",
-                "blocks.1.linear.weight.lora.a",
-                "blocks.1.linear.weight.lora.b",
-                "blocks.2.linear.weight",
-                "blocks.2.linear.bias"
-            ],
-            "only the adapters and the head get gradients"
-        );
-        let mut optim = engram_core::train::trainer::sgd(0.0, None);
-        let adapted = optim.step(0.5, adapted, g);
-        // The plain model with the adapted model's effective weights.
-        let plain = adapted
-            .clone()
-            .materialize()
-            .unfreeze_group(ParamGroup::all());
-        let g_lora = adapted.flat_grads(&step_grads(&adapted, &b));
-        let g_plain = plain.flat_grads(&step_grads(&plain, &b));
-        let by_path = |gs: &[(engram_core::model::ParamInfo, Tensor<1>)], p: &str| {
-            values(gs.iter().find(|(i, _)| i.path == p).unwrap().1.clone())
-        };
-        let param = |m: &Model, p: &str| {
-            values(
-                m.param_values()
-                    .into_iter()
-                    .find(|(i, _)| i.path == p)
-                    .unwrap()
-                    .1,
-            )
-        };
-        let sc = 3.0; // α / r
-        for (l, d_in, d_out) in [(0, 12, 16), (1, 16, 16)] {
-            let gw = by_path(&g_plain, &format!("blocks.{l}.linear.weight"));
-            let a = param(&adapted, &format!("blocks.{l}.linear.weight.lora.a"));
-            let bb = param(&adapted, &format!("blocks.{l}.linear.weight.lora.b"));
-            assert!(bb.iter().any(|v| *v != 0.0), "B moved off zero");
-            let want_b: Vec<f32> = matmul(&transpose(&a, d_in, 2), &gw, 2, d_in, d_out)
-                .into_iter()
-                .map(|v| v * sc)
-                .collect();
-            let want_a: Vec<f32> = matmul(&gw, &transpose(&bb, 2, d_out), d_in, d_out, 2)
-                .into_iter()
-                .map(|v| v * sc)
-                .collect();
-            let got_b = by_path(&g_lora, &format!("blocks.{l}.linear.weight.lora.b"));
-            let got_a = by_path(&g_lora, &format!("blocks.{l}.linear.weight.lora.a"));
-            assert_close(&got_b, &want_b, 1e-4, &format!("dL/dB of layer {l}"));
-            assert_close(&got_a, &want_a, 1e-4, &format!("dL/dA of layer {l}"));
-        }
-        // The base did not move: the adapted model's stored base is the original weight.
-        let base_after: Vec<(String, Vec<f32>)> = adapted
-            .param_values()
-            .into_iter()
-            .filter(|(i, _)| i.path == "blocks.0.linear.weight")
-            .map(|(i, t)| (i.path, values(t)))
-            .collect();
-        assert_eq!(base_after[0].1, param(&m, "blocks.0.linear.weight"));
-    }
-}
-
-#[cfg(test)]
-mod merge_tests {
-    use super::tests_support::*;
-    use super::*;
-    use engram_core::burn::tensor::Tensor;
-    use engram_core::model::{Activation, ForwardCtx};
-
-    fn logits(m: &Model, b: &engram_core::data::stream::Batch) -> Vec<f32> {
-        let x = match &b.x {
-            engram_core::data::input::Input::Float(t) => t.clone(),
-            _ => unreachable!(),
-        };
-        m.valid()
-            .forward(Activation::Flat(x.inner()), &ForwardCtx::default())
-            .into_data()
-            .try_to_vec::<f32>()
-            .unwrap()
-    }
-
-    /// Merging is an exact round trip: the merged model's logits equal the adapted model's, and
-    /// `merge = "task"` leaves fresh adapters (`B = 0`) that change nothing.
-    #[test]
-    fn merged_outputs_equal_adapted_outputs() {
-        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
-        let (m, b) = setup();
-        let mut s =
-            lora("rank = 4\nalpha = 8.0\ntargets = [\"0.linear\", \"1.linear\"]\nmerge = \"task\"");
-        let adapted = s.adapt(m).unwrap();
-        let g = step_grads(&adapted, &b);
-        let adapted = engram_core::train::trainer::sgd(0.0, None).step(0.5, adapted, g);
-        let before = logits(&adapted, &b);
-        let merged_plain = adapted.clone().materialize();
-        assert!(
-            merged_plain
-                .params()
-                .iter()
-                .all(|i| !i.path.contains(".lora."))
-        );
-        let diff = |x: &[f32], y: &[f32]| {
-            x.iter()
-                .zip(y)
-                .map(|(p, q)| (p - q).abs())
-                .fold(0.0f32, f32::max)
-        };
-        assert!(diff(&logits(&merged_plain, &b), &before) < 1e-5);
-        let stream = crate::test_util::toy_stream();
-        let merged = s
-            .task_end_model(adapted, &crate::test_util::task_info(&stream, 0))
-            .unwrap();
-        assert!(diff(&logits(&merged, &b), &before) < 1e-5);
-        assert_eq!(s.summary().merges, 1);
-        for (i, t) in merged.param_values() {
-            if i.path.ends_with(".lora.b") {
-                let v: Vec<f32> = t.into_data().try_to_vec::<f32>().unwrap();
-                assert!(v.iter().all(|x| *x == 0.0), "{} is fresh", i.path);
-            }
-        }
-        assert_eq!(merged.trainable_numel(), 4 * (12 + 16 + 16 + 16) + 68);
-        let _: Option<Tensor<1>> = None;
-    }
-
-    /// LoRA composes with segment checkpointing: the checkpointed step's gradients of the
-    /// adapters and the head equal the plain step's.
-    #[test]
-    fn checkpointed_lora_gradients_equal_plain_ones() {
-        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
-        let (m, b) = setup();
-        let adapted = lora("rank = 2\ntargets = [\"linear\"]").adapt(m).unwrap();
-        let req = || StepRequest {
-            model: &adapted,
-            batch: b.clone(),
-            loss: &CE,
-            loss_scale: 1.0,
-            compute_dtype: None,
-            rng_seed: 7,
-        };
-        let flat = |o: StepOutcome| -> Vec<(String, Vec<f32>)> {
-            adapted
-                .flat_grads(&o.grads)
-                .into_iter()
-                .map(|(i, g)| (i.path, g.into_data().try_to_vec::<f32>().unwrap()))
-                .collect()
-        };
-        let want = flat(crate::standard::plain_step(req()).unwrap());
-        let got = flat(
-            crate::checkpoint::checkpointed_step(
-                req(),
-                &crate::checkpoint::Checkpoint::new(1).segments(adapted.num_blocks()),
-            )
-            .unwrap(),
-        );
-        assert_eq!(
-            got.iter().map(|g| &g.0).collect::<Vec<_>>(),
-            want.iter().map(|g| &g.0).collect::<Vec<_>>()
-        );
-        // Head adapted too (targets "linear" names it): its base trains as well (head = true).
-        assert_eq!(want.len(), 3 * 2 + 2);
-        for ((p, g), (_, w)) in got.iter().zip(&want) {
-            for (x, y) in g.iter().zip(w) {
-                assert!((x - y).abs() <= 1e-5 * y.abs().max(1e-3), "{p}: {x} vs {y}");
-            }
-        }
-    }
-
-    /// A target that names no layer is a typed error listing the layers the model has.
-    #[test]
-    fn targets_that_name_nothing_list_the_layers() {
-        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
-        let (m, _) = setup();
-        let e = lora("targets = [\"query\"]")
-            .adapt(m)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("name no rank-2 parameter") && e.contains("linear"),
-            "{e}"
-        );
-    }
-
-    /// Bad keys are positioned errors at the key.
-    #[test]
-    fn bad_keys_are_refused_at_their_line() {
-        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
-        for (text, key) in [
-            ("rank = 0", "rank must be at least 1"),
-            ("alpha = -1.0", "alpha must be a positive number"),
-            ("targets = []", "targets must name at least one layer"),
-            (
-                "dropout = 0.1\npath = \"weight\"",
-                "needs the adapter on the activation path",
-            ),
-        ] {
-            let src = ParamSource::from_toml(&format!("type = \"lora\"\n{text}"));
-            let cx = engram_core::registry::BuildContext {
-                num_tasks: 1,
-                num_classes: 2,
-                batch_size: 4,
-                seed: 0,
-            };
-            let Err(e) = build(&src, &cx) else {
-                panic!("{text} was accepted")
-            };
-            let e = e.to_string();
-            assert!(e.contains(key) && e.contains(":3:1:"), "{text}: {e}");
-        }
-    }
-}
+#[path = "lora_tests.rs"]
+mod lora_tests;

@@ -173,7 +173,8 @@ impl MoeLora {
         }
         let inner = cx.device.clone().inner();
         adapters.record(true);
-        for chunk in refs.chunks(64) {
+        // Small chunks: a language model's forward gives logits over its vocabulary per token.
+        for chunk in refs.chunks(16) {
             let b = cx.stream.batch(chunk, Part::Train, cx.task.index, &inner);
             let _ = model.forward(b.input(), &ForwardCtx::evaluation(None));
         }
@@ -236,6 +237,39 @@ impl ForgettingStrategy for MoeLora {
         self.routing.truncate(cx.task.index);
         self.routing.push(row);
         Ok(())
+    }
+
+    fn memory_refusal(
+        &self,
+        memory: &[engram_core::config::StrategyEntry],
+    ) -> Option<engram_core::strategy::MemoryRefusal> {
+        use crate::lora::{AdapterPath, Merge};
+        crate::lora::needs_lora(
+            memory,
+            MoeLoraParams::NAME,
+            "grows a pool of LoRA experts on the layers lora adapts",
+            |l| {
+                if l.path() != AdapterPath::Activation {
+                    Err((
+                    "moe-lora builds its experts on the activation-path adapter component, and this lora entry puts its adapters on the weights (path = \"weight\", Burn's LoRA: the default without dropout)".into(),
+                    "set path = \"activation\" in the [[memory]] type = \"lora\" entry".into(),
+                ))
+                } else if l.params().merge == Merge::Task {
+                    Err((
+                    "lora's merge = \"task\" would merge the experts into the weights at each task's end, and a routed mixture has no merged weight".into(),
+                    "set merge = \"none\" (or leave it out) in the [[memory]] type = \"lora\" entry".into(),
+                ))
+                } else {
+                    Ok(())
+                }
+            },
+        )
+    }
+
+    fn lm_refusal(&self) -> Option<engram_core::strategy::LmRefusal> {
+        // The router and the balance term read the layers' inputs only; the routing table
+        // runs training windows through the model as they are.
+        None
     }
 
     fn rebuild_model(&self, model: Model, device: &Device) -> Result<Model> {

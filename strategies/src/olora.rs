@@ -179,6 +179,27 @@ impl ForgettingStrategy for OLora {
         Ok(model)
     }
 
+    fn memory_refusal(
+        &self,
+        memory: &[engram_core::config::StrategyEntry],
+    ) -> Option<engram_core::strategy::MemoryRefusal> {
+        crate::lora::needs_lora(
+            memory,
+            OLoraParams::NAME,
+            "keeps each task's LoRA adapter orthogonal to the earlier ones",
+            |l| {
+                if l.params().merge == crate::lora::Merge::Task {
+                    Ok(())
+                } else {
+                    Err((
+                    "o-lora needs a new adapter for each task, and lora with merge = \"none\" keeps training the same one (o-lora would orthogonalise it against itself)".into(),
+                    "set merge = \"task\" in the [[memory]] type = \"lora\" entry".into(),
+                ))
+                }
+            },
+        )
+    }
+
     fn lm_refusal(&self) -> Option<engram_core::strategy::LmRefusal> {
         // A loss on the adapters' factors only: next-token training takes it as it is.
         None

@@ -300,6 +300,27 @@ impl ForgettingStrategy for PerTaskLora {
         PerTaskLoraParams::NAME
     }
 
+    fn memory_refusal(
+        &self,
+        memory: &[engram_core::config::StrategyEntry],
+    ) -> Option<engram_core::strategy::MemoryRefusal> {
+        crate::lora::needs_lora(
+            memory,
+            PerTaskLoraParams::NAME,
+            "keeps each task's LoRA adapter",
+            |l| {
+                if l.params().merge == crate::lora::Merge::Task {
+                    Err((
+                    "per-task-lora keeps each task's adapter beside the base, and lora with merge = \"task\" merges them into it at each task's end".into(),
+                    "set merge = \"none\" (or leave it out) in the [[memory]] type = \"lora\" entry".into(),
+                ))
+                } else {
+                    Ok(())
+                }
+            },
+        )
+    }
+
     fn before_task(&mut self, cx: &mut TaskContext<'_>) -> Result<()> {
         if !cx
             .model

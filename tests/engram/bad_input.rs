@@ -487,7 +487,23 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
         let head = match kind {
             Kind::Model => format!("[model]\ntype = \"{name}\""),
             Kind::Dataset => continue,
-            _ => format!("[model]\ntype = \"mlp\"\nhidden = [8]\n[[{kind}]]\ntype = \"{name}\""),
+            // The strategies on adapters need the lora entry their setting asks for.
+            _ => {
+                let lora = match name {
+                    "o-lora" => "rank = 2\ntargets = [\"linear\"]\nmerge = \"task\"",
+                    "per-task-lora" => "rank = 2\ntargets = [\"linear\"]",
+                    "moe-lora" => "rank = 2\ntargets = [\"linear\"]\npath = \"activation\"",
+                    _ => "",
+                };
+                let memory = if lora.is_empty() {
+                    String::new()
+                } else {
+                    format!("[[memory]]\ntype = \"lora\"\n{lora}\n")
+                };
+                format!(
+                    "[model]\ntype = \"mlp\"\nhidden = [8]\n{memory}[[{kind}]]\ntype = \"{name}\""
+                )
+            }
         };
         for (key, default) in (e.registration.defaults)() {
             let values: &[&str] = match default {

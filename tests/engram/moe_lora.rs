@@ -187,3 +187,40 @@ fn o_lora_and_per_task_lora_run_on_the_activation_path() {
         }
     }
 }
+
+/// The adapter strategies' settings are refused before anything runs: `engram validate` says
+/// it at the strategy's entry (exit 2) for moe-lora over a weight-path lora, over a lora that
+/// merges each task, and without lora; o-lora without merge = "task"; per-task-lora with it.
+#[test]
+fn adapter_strategy_settings_are_refused_by_validate() {
+    let d = tempfile::tempdir().unwrap();
+    let lora = |extra: &str| format!("[[memory]]\ntype = \"lora\"\nrank = 2\n{extra}");
+    for (memory, forgetting, says) in [
+        (lora(""), MOE.to_string(), "set path = "),
+        (
+            lora("path = \"activation\"\nmerge = \"task\"\n"),
+            MOE.to_string(),
+            "set merge = ",
+        ),
+        (String::new(), MOE.to_string(), "no [[memory]] type = "),
+        (
+            lora(""),
+            "[[forgetting]]\ntype = \"o-lora\"\n".into(),
+            "set merge = ",
+        ),
+        (
+            lora("merge = \"task\"\n"),
+            "[[forgetting]]\ntype = \"per-task-lora\"\n".into(),
+            "set merge = ",
+        ),
+    ] {
+        let cfg = crate::lora::config(d.path(), &format!("{memory}{forgetting}"));
+        let (code, out) = run(&["validate", cfg.to_str().unwrap()]);
+        assert_eq!(code, 2, "{memory}{forgetting}: {out}");
+        assert!(out.contains(says), "{memory}{forgetting}: {out}");
+        assert!(
+            out.contains(&format!("{}:", cfg.display())),
+            "positioned: {out}"
+        );
+    }
+}

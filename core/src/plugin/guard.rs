@@ -162,6 +162,22 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
     fn report(&self) -> Option<serde_json::Value> {
         guard_or_fault(&self.lib, &self.name, "report", || self.inner.report())
     }
+    fn memory_refusal(
+        &self,
+        memory: &[crate::config::StrategyEntry],
+    ) -> Option<crate::strategy::MemoryRefusal> {
+        // A plugin whose answer panics is refused, as one that does not say.
+        guard(&self.lib, &self.name, "memory_refusal", || {
+            self.inner.memory_refusal(memory)
+        })
+        .unwrap_or_else(|e| {
+            Some(crate::strategy::MemoryRefusal {
+                key: "type",
+                message: e.to_string(),
+                hint: "fix or remove the plugin".into(),
+            })
+        })
+    }
     fn divergence_hint(&self) -> Option<String> {
         // Asked while a divergence is reported: a hint that panics is left out.
         guard(&self.lib, &self.name, "divergence_hint", || {

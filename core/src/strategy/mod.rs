@@ -222,6 +222,19 @@ pub struct LmRefusal {
     pub reason: String,
 }
 
+/// Why a forgetting strategy refuses the run's `[[memory]]` entries
+/// ([`ForgettingStrategy::memory_refusal`]): said at the strategy's entry, before the run
+/// starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryRefusal {
+    /// The entry's key the refusal is said at (`type` when the strategy as a whole cannot).
+    pub key: &'static str,
+    /// What is wrong, in a sentence.
+    pub message: String,
+    /// What to change.
+    pub hint: String,
+}
+
 /// Acts on *what is learned*: mixes in replayed samples, adds loss terms, updates its state
 /// after each step and task.
 ///
@@ -349,6 +362,16 @@ pub trait ForgettingStrategy: Send {
             key: "type",
             reason: "it works on class logits or labels, which next-token training on windows of text does not have".into(),
         })
+    }
+
+    /// Why this strategy cannot run beside the config's `[[memory]]` entries (`memory`, in
+    /// config order: each its `type` and its own keys), or `None` (the default) when it can.
+    /// A strategy that builds on another's work says so here — `o-lora` needs `lora` with
+    /// `merge = "task"`, `per-task-lora` with `merge = "none"`, `moe-lora` on the activation
+    /// path — so that `engram validate` and the start of `run` refuse the config at the
+    /// strategy's entry instead of a task into the run.
+    fn memory_refusal(&self, _memory: &[crate::config::StrategyEntry]) -> Option<MemoryRefusal> {
+        None
     }
 
     /// Advice for a run that diverged (an infinite or NaN loss) while this strategy acted on

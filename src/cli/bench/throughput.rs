@@ -46,8 +46,8 @@ pub struct ThroughputArgs {
     /// Where engram's LoRA adapters sit with `--lora-rank`: `weight` (Burn's LoRA inside the
     /// weight, `lora`'s default) or `activation` (engram's adapter component beside the layer,
     /// `path = "activation"`).
-    #[arg(long, default_value = "weight", value_parser = ["weight", "activation"])]
-    pub lora_path: String,
+    #[arg(long, value_parser = ["weight", "activation"])]
+    pub lora_path: Option<String>,
     /// Measure this process only and print its figures as one JSON line (what each
     /// `--threads` child runs).
     #[arg(long, hide = true)]
@@ -104,7 +104,8 @@ fn measure_here(a: &ThroughputArgs, r: &Resolved) -> Result<Value> {
         steps,
         warmup,
         r.optimizer,
-        a.lora_rank.map(|rank| (rank, a.lora_path == "activation")),
+        a.lora_rank
+            .map(|rank| (rank, a.lora_path.as_deref() == Some("activation"))),
     )?;
     Ok(json!({
         "train_samples_per_s": t.train_samples_per_s,
@@ -133,6 +134,11 @@ pub fn throughput(a: &ThroughputArgs) -> Result<()> {
             "bench throughput: --lora-rank goes with --model bert (the PEFT twin is a transformers BERT)".into(),
         ));
     }
+    if a.lora_path.is_some() && a.lora_rank.is_none() {
+        return Err(Error::Usage(
+            "bench throughput: --lora-path says where --lora-rank's adapters sit; give --lora-rank too (8 is PEFT's common rank)".into(),
+        ));
+    }
     if a.lora_rank == Some(0) {
         return Err(Error::Usage(
             "bench throughput: --lora-rank must be at least 1 (8 is Hu et al.'s and PEFT's common rank)".into(),
@@ -151,7 +157,7 @@ pub fn throughput(a: &ThroughputArgs) -> Result<()> {
         a.lora_rank.map_or(String::new(), |r| format!(
             ", LoRA rank {r} (alpha {}) on query and value, base frozen, on the {} path",
             2 * r,
-            a.lora_path
+            a.lora_path.as_deref().unwrap_or("weight")
         )),
         r.batch,
         steps,
@@ -174,7 +180,10 @@ pub fn throughput(a: &ThroughputArgs) -> Result<()> {
     out["model"] = r.model.describe().into();
     out["optimizer"] = r.optimizer.name().into();
     out["lora_rank"] = json!(a.lora_rank);
-    out["lora_path"] = json!(a.lora_rank.map(|_| a.lora_path.clone()));
+    out["lora_path"] = json!(
+        a.lora_rank
+            .map(|_| a.lora_path.clone().unwrap_or_else(|| "weight".into()))
+    );
     out["batch"] = r.batch.into();
     out["steps"] = steps.into();
     out["load_average_before"] = json!(load_average());

@@ -32,7 +32,9 @@ fn engram_child(a: &ThroughputArgs, threads: usize) -> Result<Value> {
             cmd.args([flag, &v.to_string()]);
         }
     }
-    cmd.args(["--lora-path", &a.lora_path]);
+    if let Some(p) = &a.lora_path {
+        cmd.args(["--lora-path", p]);
+    }
     let out = cmd
         .env("RAYON_NUM_THREADS", threads.to_string())
         .stderr(std::process::Stdio::inherit())

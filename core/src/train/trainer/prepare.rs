@@ -86,6 +86,13 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     };
     let forgetting = registry.build_forgetting(&cfg, &bcx)?;
     check_objective(&cfg, &model, &stream, &forgetting, &device)?;
+    for (i, f) in forgetting.iter().enumerate() {
+        if let Some(r) = f.memory_refusal(&c.memory) {
+            return Err(cfg
+                .params("forgetting", i)
+                .key_error(r.key, r.message, Some(r.hint)));
+        }
+    }
     let memory = registry.build_memory(&cfg, &bcx)?;
     let schedulers = registry.build_schedulers(&cfg, &bcx)?;
     // A memory strategy's adaptation (`lora`'s targets) is checked on the real model too, and
