@@ -34,6 +34,21 @@ pub(crate) fn config(dir: &Path, memory: &str) -> std::path::PathBuf {
     named
 }
 
+/// `engram export RUN --safetensors FILE` (exit 0 asserted) and the tensor names it wrote.
+pub(crate) fn exported_keys(run_dir: &Path, file: &Path) -> Vec<String> {
+    let (code, out) = run(&[
+        "export",
+        run_dir.to_str().unwrap(),
+        "--safetensors",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let bytes = std::fs::read(file).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    header.as_object().unwrap().keys().cloned().collect()
+}
+
 fn report(dir: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
 }
@@ -106,18 +121,7 @@ fn lora_trains_the_adapters_only_resumes_and_exports_merged_weights() {
     assert_eq!(stable(&cut), stable(&d.path().join("lora")));
 
     // The export is merged: the model's own names, no adapter factors.
-    let st = d.path().join("m.safetensors");
-    let (code, out) = run(&[
-        "export",
-        d.path().join("lora").to_str().unwrap(),
-        "--safetensors",
-        st.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{out}");
-    let bytes = std::fs::read(&st).unwrap();
-    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
-    let keys: Vec<&String> = header.as_object().unwrap().keys().collect();
+    let keys = exported_keys(&d.path().join("lora"), &d.path().join("m.safetensors"));
     assert!(
         keys.iter().any(|k| k.contains("attention.query")),
         "{keys:?}"
