@@ -116,6 +116,23 @@ pub fn throughput(
     )
 }
 
+/// The benchmarks' LoRA: rank `rank`, α = 2·rank (PEFT's common setting), on the query and
+/// value projections (`lora`'s default targets), the head trained; on the activation path
+/// when `activation`, else Burn's weight-path adapter.
+pub fn bench_lora(rank: usize, activation: bool) -> engram_strategies::lora::Lora {
+    use engram_strategies::lora::{AdapterPath, Lora, LoraParams};
+    Lora::new(LoraParams {
+        rank,
+        alpha: 2.0 * rank as f64,
+        path: if activation {
+            AdapterPath::Activation
+        } else {
+            AdapterPath::Weight
+        },
+        ..LoraParams::default()
+    })
+}
+
 /// Measures `steps` training steps of `model` at batch `batch` after `warmup` unmeasured ones,
 /// stepping `optimizer` at [`BenchOptimizer::lr`], on 16 batches of synthetic inputs drawn once
 /// (cycled). `lora` = `(rank, activation)` trains LoRA adapters of that rank (α = 2·rank) on
@@ -139,18 +156,7 @@ pub fn throughput_of(
     ad.seed(1);
     let mut net = model.build(&mut r, &ad)?;
     if let Some((rank, activation)) = lora {
-        use engram_strategies::lora::{AdapterPath, Lora, LoraParams};
-        net = Lora::new(LoraParams {
-            rank,
-            alpha: 2.0 * rank as f64,
-            path: if activation {
-                AdapterPath::Activation
-            } else {
-                AdapterPath::Weight
-            },
-            ..LoraParams::default()
-        })
-        .adapt(net)?;
+        net = bench_lora(rank, activation).adapt(net)?;
     }
     let mut optim = optimizer.build();
     let inputs = Inputs::draw(model, 16 * batch, &mut r);

@@ -220,15 +220,7 @@ pub fn memory(
         None
     };
     let mut rows = Vec::new();
-    let lora = |net: &Model| {
-        use engram_strategies::lora::{Lora, LoraParams};
-        Lora::new(LoraParams {
-            rank: opt.lora_rank,
-            alpha: 2.0 * opt.lora_rank as f64,
-            ..LoraParams::default()
-        })
-        .adapt(net.clone())
-    };
+    let lora = |net: &Model| super::bench_lora(opt.lora_rank, false).adapt(net.clone());
     let lora_net = if LORA_ROWS.iter().any(|n| wanted(n)) {
         Some(lora(&net)?)
     } else {

@@ -168,7 +168,7 @@ pub fn checkpointed_step(
         let mut dot = y.dot(g);
         // The recomputed segment's load-balancing terms (`moe-lora`'s routers): in the loss,
         // pass 1 gave their value without a graph; their gradient flows here.
-        if let Some(b) = model.adapters().and_then(|a| a.take_balance()) {
+        if let Some(b) = model.take_aux_loss() {
             let dt = dot.dtype();
             dot = dot + b.mul_scalar(req.loss_scale).cast(dt);
         }

@@ -208,9 +208,7 @@ impl ForgettingStrategy for MoeLora {
         match grown {
             Ok(m) => {
                 // Terms left by forwards outside a step (another strategy's after-task pass).
-                if let Some(a) = m.adapters() {
-                    let _ = a.take_balance();
-                }
+                let _ = m.take_aux_loss();
                 *cx.model = m;
                 self.groups = self.groups.max(t + 1);
                 Ok(())
@@ -226,7 +224,7 @@ impl ForgettingStrategy for MoeLora {
         if self.p.balance <= 0.0 {
             return None;
         }
-        model.adapters()?.take_balance()
+        model.take_aux_loss()
     }
 
     fn after_task(&mut self, cx: &mut TaskContext<'_>) -> Result<()> {

@@ -187,21 +187,27 @@ fn forgetting_strategies_run_on_adapters() {
 #[test]
 fn o_lora_runs_with_merged_adapters_and_refuses_without() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = config(
-        d.path(),
-        "[[memory]]\ntype = \"lora\"\nrank = 2\nmerge = \"task\"\n[[forgetting]]\ntype = \"o-lora\"\n",
-    );
-    let (code, out) = run_quiet(&cfg, &d.path().join("ok"), &[], &[]);
-    assert_eq!(code, 0, "{out}");
-    let ok = report(&d.path().join("ok"));
-    assert_eq!(ok["memory"]["strategies"]["lora"]["merges"], 2);
-    // What o-lora keeps is in the memory report: each task's A [16, 2] of the two adapted
-    // weights, 4 bytes a value, no metadata.
-    assert_eq!(
-        ok["memory"]["strategy_state_bytes"]["o-lora"],
-        2 * 2 * 16 * 2 * 4,
-        "{ok}"
-    );
+    // On either adapter path (Burn's weight path, engram's activation path).
+    for path in ["", "path = \"activation\"\n"] {
+        let cfg = config(
+            d.path(),
+            &format!(
+                "[[memory]]\ntype = \"lora\"\nrank = 2\nmerge = \"task\"\n{path}[[forgetting]]\ntype = \"o-lora\"\n"
+            ),
+        );
+        let out_dir = d.path().join(format!("ok{}", path.len()));
+        let (code, out) = run_quiet(&cfg, &out_dir, &[], &[]);
+        assert_eq!(code, 0, "{out}");
+        let ok = report(&out_dir);
+        assert_eq!(ok["memory"]["strategies"]["lora"]["merges"], 2);
+        // What o-lora keeps is in the memory report: each task's A [16, 2] of the two adapted
+        // weights, 4 bytes a value, no metadata.
+        assert_eq!(
+            ok["memory"]["strategy_state_bytes"]["o-lora"],
+            2 * 2 * 16 * 2 * 4,
+            "{path}: {ok}"
+        );
+    }
     let cfg = config(
         d.path(),
         "[[memory]]\ntype = \"lora\"\nrank = 2\n[[forgetting]]\ntype = \"o-lora\"\n",

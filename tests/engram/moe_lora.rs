@@ -129,27 +129,12 @@ fn moe_lora_needs_activation_adapters_and_lora_dropout_runs_on_them() {
     assert!(!keys.iter().any(|k| k.contains("adapters")), "{keys:?}");
 }
 
-/// `o-lora` and `per-task-lora` read the adapters on either path: on the activation path
-/// `o-lora` keeps each task's `A` of both adapted layers (as on the weight path) and
-/// `per-task-lora` answers each task with its own expert (task-IL 1.0 on the two one-class
-/// tasks, every class-IL cell equal to its task-identification cell).
+/// `per-task-lora` reads the adapters on either path: on the activation path it answers each
+/// task with its own expert (task-IL 1.0 on the two one-class tasks, every class-IL cell equal
+/// to its task-identification cell), as on the weight path (lora.rs; o-lora's test runs both).
 #[test]
-fn o_lora_and_per_task_lora_run_on_the_activation_path() {
+fn per_task_lora_runs_on_the_activation_path() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = crate::lora::config(
-        d.path(),
-        "[[memory]]\ntype = \"lora\"\nrank = 2\npath = \"activation\"\nmerge = \"task\"\n[[forgetting]]\ntype = \"o-lora\"\n",
-    );
-    let (code, out) = run_quiet(&cfg, &d.path().join("o"), &[], &[]);
-    assert_eq!(code, 0, "{out}");
-    let o = report(&d.path().join("o"));
-    assert_eq!(o["memory"]["strategies"]["lora"]["merges"], 2);
-    assert_eq!(
-        o["memory"]["strategy_state_bytes"]["o-lora"],
-        2 * 2 * 16 * 2 * 4,
-        "{}",
-        o["memory"]
-    );
     let cfg = crate::lora::config(
         d.path(),
         "[[memory]]\ntype = \"lora\"\nrank = 2\npath = \"activation\"\n[[forgetting]]\ntype = \"per-task-lora\"\n",

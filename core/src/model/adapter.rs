@@ -57,6 +57,25 @@ pub struct LayerAdapters {
     pub router: Vec<Param<Tensor<2>>>,
 }
 
+/// `parts` side by side along `dim`; a single part as it is (no copy: the common one-adapter
+/// case runs every forward).
+fn joined(mut parts: Vec<Tensor<2>>, dim: usize) -> Tensor<2> {
+    if parts.len() == 1 {
+        return parts.remove(0);
+    }
+    Tensor::cat(parts, dim)
+}
+
+impl LayerAdapters {
+    /// The experts' factors side by side: `A` `[d_in, E·r]` and `B` `[E·r, d_out]`.
+    fn factors(&self) -> (Tensor<2>, Tensor<2>) {
+        (
+            joined(self.experts.iter().map(|e| e.a.val()).collect(), 1),
+            joined(self.experts.iter().map(|e| e.b.val()).collect(), 0),
+        )
+    }
+}
+
 /// How the component computes (the same for every layer).
 #[derive(Clone, Debug, PartialEq)]
 pub struct AdapterConfig {
@@ -243,13 +262,12 @@ impl Adapters {
         } else {
             x2.clone()
         };
-        let a = Tensor::cat(layer.experts.iter().map(|e| e.a.val()).collect(), 1);
-        let b = Tensor::cat(layer.experts.iter().map(|e| e.b.val()).collect(), 0);
+        let (a, b) = layer.factors();
         let mut h = xd.matmul(a);
         if self.config.routed && !layer.router.is_empty() {
             let e = layer.experts.len();
             let r = self.config.rank;
-            let w = Tensor::cat(layer.router.iter().map(|p| p.val()).collect(), 1);
+            let w = joined(layer.router.iter().map(|p| p.val()).collect(), 1);
             let logits = x2.matmul(w);
             let k = self.config.top_k.clamp(1, e);
             let kth = logits.clone().topk(k, 1).slice([0..n, k - 1..k]);
@@ -260,50 +278,10 @@ impl Adapters {
                     .mask_fill(chosen.clone().bool_not(), f32::NEG_INFINITY),
                 1,
             );
-            // Which rows are real tokens: all, or the block's mask flattened `[n, 1]`.
-            let real = ctx
-                .token_mask
-                .as_ref()
-                .filter(|m| m.shape().num_elements() == n)
-                .map(|m| m.clone().reshape([n, 1]).float().cast(logits.dtype()));
-            let chosen_f = chosen.clone().float().cast(logits.dtype());
-            let chosen_f = match &real {
-                Some(w) => chosen_f * w.clone(),
-                None => chosen_f,
-            };
-            if training && self.config.balance > 0.0 {
-                let tokens = match &real {
-                    Some(w) => w.clone().sum().detach(),
-                    None => Tensor::<1>::ones([1], &logits.device())
-                        .cast(logits.dtype())
-                        .mul_scalar(n as f64),
-                };
-                let f = chosen_f.clone().detach().sum_dim(0).div_scalar(k as f64)
-                    / tokens.clone().unsqueeze_dim::<2>(1);
-                let probs = activation::softmax(logits, 1);
-                let probs = match &real {
-                    Some(w) => probs * w.clone(),
-                    None => probs,
-                };
-                let p = probs.sum_dim(0) / tokens.unsqueeze_dim::<2>(1);
-                let term = (f * p).sum().mul_scalar(e as f64);
-                if let Ok(mut s) = self.sink.lock() {
-                    s.balance.push(term.cast(burn::tensor::DType::F32));
-                }
-            }
-            if let Ok(mut s) = self.sink.lock()
-                && let Some(counts) = s.counts.as_mut()
-            {
-                let c: Vec<f32> = chosen_f
-                    .clone()
-                    .sum_dim(0)
-                    .cast(burn::tensor::DType::F32)
-                    .into_data()
-                    .try_to_vec::<f32>()
-                    .unwrap_or_default();
-                for (acc, v) in counts[l].iter_mut().zip(c) {
-                    *acc += f64::from(v);
-                }
+            let balance = training && self.config.balance > 0.0;
+            let recording = self.sink.lock().is_ok_and(|s| s.counts.is_some());
+            if balance || recording {
+                self.route_stats(l, &logits, chosen, ctx, balance);
             }
             let g = gates
                 .unsqueeze_dim::<3>(2)
@@ -317,6 +295,66 @@ impl Adapters {
         Some(y.reshape(out))
     }
 
+    /// The router's statistics of one forward of layer `l`: its load-balancing term (pushed
+    /// for [`Adapters::take_balance`] when `balance`) and, while recording, the choice counts;
+    /// padding rows (`ctx.token_mask`) left out. `logits` `[n, E]`, `chosen` the top-k mask.
+    fn route_stats(
+        &self,
+        l: usize,
+        logits: &Tensor<2>,
+        chosen: Tensor<2, burn::tensor::Bool>,
+        ctx: &ForwardCtx,
+        balance: bool,
+    ) {
+        let [n, e] = logits.dims();
+        let k = self.config.top_k.clamp(1, e);
+        // Which rows are real tokens: all, or the block's mask flattened `[n, 1]`.
+        let real = ctx
+            .token_mask
+            .as_ref()
+            .filter(|m| m.shape().num_elements() == n)
+            .map(|m| m.clone().reshape([n, 1]).float().cast(logits.dtype()));
+        let chosen_f = chosen.float().cast(logits.dtype());
+        let chosen_f = match &real {
+            Some(w) => chosen_f * w.clone(),
+            None => chosen_f,
+        };
+        if balance {
+            let tokens = match &real {
+                Some(w) => w.clone().sum().detach(),
+                None => Tensor::<1>::ones([1], &logits.device())
+                    .cast(logits.dtype())
+                    .mul_scalar(n as f64),
+            };
+            let f = chosen_f.clone().detach().sum_dim(0).div_scalar(k as f64)
+                / tokens.clone().unsqueeze_dim::<2>(1);
+            let probs = activation::softmax(logits.clone(), 1);
+            let probs = match &real {
+                Some(w) => probs * w.clone(),
+                None => probs,
+            };
+            let p = probs.sum_dim(0) / tokens.unsqueeze_dim::<2>(1);
+            let term = (f * p).sum().mul_scalar(e as f64);
+            if let Ok(mut s) = self.sink.lock() {
+                s.balance.push(term.cast(burn::tensor::DType::F32));
+            }
+        }
+        if let Ok(mut s) = self.sink.lock()
+            && let Some(counts) = s.counts.as_mut()
+        {
+            let c: Vec<f32> = chosen_f
+                .clone()
+                .sum_dim(0)
+                .cast(burn::tensor::DType::F32)
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap_or_default();
+            for (acc, v) in counts[l].iter_mut().zip(c) {
+                *acc += f64::from(v);
+            }
+        }
+    }
+
     /// `W₀ + (α/r)·Σₑ Aₑ·Bₑ` for layer `l` when it has no router: the weight that computes,
     /// without the adapters, what the layer computes with them (in evaluation, dropout off).
     /// `None` for a routed layer (its update depends on the token) or one without experts.
@@ -325,8 +363,7 @@ impl Adapters {
         if self.config.routed || layer.experts.is_empty() {
             return None;
         }
-        let a = Tensor::cat(layer.experts.iter().map(|e| e.a.val()).collect(), 1);
-        let b = Tensor::cat(layer.experts.iter().map(|e| e.b.val()).collect(), 0);
+        let (a, b) = layer.factors();
         Some(a.matmul(b).mul_scalar(self.config.scale))
     }
 }

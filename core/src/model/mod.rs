@@ -113,8 +113,9 @@ pub struct Model {
     pub num_classes: usize,
     /// Blocks per segment that segment checkpointing uses when its `interval` is left at 0.
     segment_blocks: Option<usize>,
-    /// The activation-path adapters ([`adapter::Adapters`]), when a strategy attached them.
-    adapters: Option<adapter::Adapters>,
+    /// The activation-path adapters ([`adapter::Adapters`]), when a strategy attached them;
+    /// shared, so that each forward hands the blocks a handle, not a copy.
+    adapters: Option<std::sync::Arc<adapter::Adapters>>,
 }
 
 impl Model {
@@ -131,7 +132,7 @@ impl Model {
 
     /// The activation-path adapters, when the model carries them.
     pub fn adapters(&self) -> Option<&adapter::Adapters> {
-        self.adapters.as_ref()
+        self.adapters.as_deref()
     }
 
     /// Replaces the activation-path adapters by `f(current)` (`None` removes them).
@@ -139,7 +140,8 @@ impl Model {
         mut self,
         f: impl FnOnce(Option<adapter::Adapters>) -> Option<adapter::Adapters>,
     ) -> Self {
-        self.adapters = f(self.adapters.take());
+        self.adapters =
+            f(self.adapters.take().map(std::sync::Arc::unwrap_or_clone)).map(std::sync::Arc::new);
         self
     }
 
@@ -174,10 +176,20 @@ impl Model {
         }))
     }
 
+    /// The auxiliary loss the forwards since the last call left (the routers' load-balancing
+    /// terms of the activation-path adapters, [`adapter::Adapters::take_balance`]), a tracked
+    /// scalar `[1]`, taken once; `None` when there is none. A strategy that adds a mixture's
+    /// balance term to the loss takes it here after the forward, and a step that recomputes
+    /// part of the forward in backward (segment checkpointing) backpropagates each recomputed
+    /// part's with it.
+    pub fn take_aux_loss(&self) -> Option<Tensor<1>> {
+        self.adapters.as_ref()?.take_balance()
+    }
+
     /// The context each block of a forward sees: `ctx` with this model's adapters.
     fn block_ctx(&self, ctx: &ForwardCtx) -> ForwardCtx {
         let mut c = ctx.clone();
-        c.adapters = self.adapters.clone().map(std::sync::Arc::new);
+        c.adapters = self.adapters.clone();
         c
     }
 
@@ -549,7 +561,9 @@ impl Module for Model {
             blocks: self.blocks.fork(device),
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
-            adapters: self.adapters.map(|a| a.fork(device)),
+            adapters: self
+                .adapters
+                .map(|a| std::sync::Arc::new(std::sync::Arc::unwrap_or_clone(a).fork(device))),
         }
         .retie()
     }
@@ -558,7 +572,9 @@ impl Module for Model {
             blocks: self.blocks.to_device(device),
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
-            adapters: self.adapters.map(|a| a.to_device(device)),
+            adapters: self
+                .adapters
+                .map(|a| std::sync::Arc::new(std::sync::Arc::unwrap_or_clone(a).to_device(device))),
         }
         .retie()
     }
@@ -567,7 +583,9 @@ impl Module for Model {
             blocks: self.blocks.train(),
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
-            adapters: self.adapters.map(|a| a.train()),
+            adapters: self
+                .adapters
+                .map(|a| std::sync::Arc::new(std::sync::Arc::unwrap_or_clone(a).train())),
         }
         .retie()
     }
@@ -576,7 +594,10 @@ impl Module for Model {
             blocks: self.blocks.valid(),
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
-            adapters: self.adapters.as_ref().map(|a| a.valid()),
+            adapters: self
+                .adapters
+                .as_ref()
+                .map(|a| std::sync::Arc::new(a.valid())),
         }
         .retie()
     }
@@ -585,7 +606,9 @@ impl Module for Model {
             blocks: self.blocks.materialize(),
             num_classes: self.num_classes,
             segment_blocks: self.segment_blocks,
-            adapters: self.adapters.map(|a| a.materialize()),
+            adapters: self
+                .adapters
+                .map(|a| std::sync::Arc::new(std::sync::Arc::unwrap_or_clone(a).materialize())),
         }
         .retie()
     }
@@ -605,9 +628,9 @@ impl Module for Model {
         mapper.exit_module("blocks", "Model");
         let adapters = self.adapters.map(|a| {
             mapper.enter_module("adapters", "Model");
-            let a = a.map(mapper);
+            let a = std::sync::Arc::unwrap_or_clone(a).map(mapper);
             mapper.exit_module("adapters", "Model");
-            a
+            std::sync::Arc::new(a)
         });
         Self {
             blocks,
