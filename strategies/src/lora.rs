@@ -14,8 +14,11 @@
 //! reparameterization of the weight itself, `A ~ N(0, σ = 1/r)`, `B = 0` (so the adapted model
 //! starts equal to the base), and `materialize` merges `W₀ + (α/r)·A·B` into a plain weight.
 //! engram's type-erased blocks take it through their rank bridges, so any model's rank-2
-//! parameters can be targeted. Burn's adapter has no dropout and one adapter per weight; keys
-//! that would need an adapter on the activation path (`dropout` above 0) are refused.
+//! parameters can be targeted. Burn's adapter has no dropout and one adapter per weight:
+//! `dropout` above 0 (or `path = "activation"`) puts the adapters on engram's own component
+//! beside the layer instead ([`engram_core::model::adapter`]). With `quantize` the frozen
+//! projections are held quantized under the weight-path adapters (QLoRA, Burn's
+//! `apply_qlora`; see `lora_quant.rs`).
 //!
 //! The strategy acts at the [`MemoryLayer::Parameters`] layer: it adapts the model when the
 //! run builds it ([`MemoryStrategy::adapt_model`]: after `[model] init` is loaded, before a
@@ -37,6 +40,10 @@ use engram_core::strategy::{
 use engram_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
+
+#[path = "lora_quant.rs"]
+mod quant;
+pub use quant::Quantize;
 
 /// When the adapters are merged into the base weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +102,14 @@ pub struct LoraParams {
     /// component: adapter dropout, and what `moe-lora` needs) or `"auto"` (the default: the
     /// activation path when `dropout` is above 0, else the weight path).
     pub path: AdapterPath,
+    /// QLoRA (Dettmers et al. 2023): hold the frozen projection weights quantized by Burn,
+    /// `"int8"` or `"int4"` (symmetric integers, one `f32` scale a `block`), the adapters in
+    /// `f32` on the weight path ([`Quantize`]). Default `"none"`.
+    pub quantize: Quantize,
+    /// Values per quantization block along a weight's output dimension (1 to 255; 0: one scale
+    /// per weight); every quantized weight's output dimension must be a multiple of it.
+    /// Default 32 (ggml's Q4_0/Q8_0 block; QLoRA's NF4 uses 64).
+    pub block: usize,
 }
 
 impl Default for LoraParams {
@@ -108,6 +123,8 @@ impl Default for LoraParams {
             merge: Merge::None,
             dropout: 0.0,
             path: AdapterPath::Auto,
+            quantize: Quantize::None,
+            block: 32,
         }
     }
 }
@@ -125,6 +142,17 @@ pub struct LoraSummary {
     pub frozen_parameters: u64,
     /// Merges done so far (`merge = "task"`).
     pub merges: usize,
+    /// Parameters (count) of the weights held quantized (`quantize`; 0 without).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub quantized_parameters: u64,
+    /// Bytes the model's parameters take as the device holds them
+    /// ([`Model::param_bytes`]: the packed base, the adapters, the rest in `f32`).
+    #[serde(default)]
+    pub parameter_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The LoRA memory strategy.
@@ -373,13 +401,28 @@ impl Lora {
     /// `model` frozen, with one adapter on each of `targeted`: Burn's LoRA on the weight path,
     /// the adapter component on the activation path (drawn from the run seed and the merges so
     /// far, so each task's fresh adapters differ).
-    fn attach(&self, model: Model, targeted: &[ParamInfo], linears: Vec<LinearLayer>) -> Model {
+    /// With `quantize`, the weights `quantized` are quantized first (Burn's QLoRA).
+    fn attach(
+        &self,
+        model: Model,
+        targeted: &[ParamInfo],
+        quantized: &[&ParamInfo],
+        linears: Vec<LinearLayer>,
+    ) -> Model {
         let p = &self.params;
+        let device = model.devices().into_iter().next().unwrap_or_default();
         if self.path() != AdapterPath::Activation {
             let lora = BurnLora::new(p.rank, p.alpha).set_param_group(ParamGroup::from_ids(
                 targeted.iter().map(|i| i.id).collect(),
             ));
-            return model.apply_lora(lora);
+            return match p.quantize.scheme(p.block, &device) {
+                Some(scheme) => model.apply_qlora(quant::qlora(
+                    lora,
+                    scheme,
+                    quantized.iter().map(|i| i.id).collect(),
+                )),
+                None => model.apply_lora(lora),
+            };
         }
         let chosen: Vec<LinearLayer> = linears
             .into_iter()
@@ -397,7 +440,6 @@ impl Lora {
             routed: false,
             balance: 0.0,
         };
-        let device = model.devices().into_iter().next().unwrap_or_default();
         let merges = self.summary().merges as u64;
         let adapters = Adapters::new(
             chosen.iter().map(|l| (l.block, l.local.clone())).collect(),
@@ -441,7 +483,21 @@ impl Lora {
             })
             .map(|i| i.id)
             .collect();
-        let mut model = self.attach(model, &targeted, linears);
+        let quantized = match p.quantize {
+            Quantize::None => Vec::new(),
+            _ => quant::quantized(&model, &params, &linears, &keep),
+        };
+        if let Some((bad, fits)) = quant::misfit(&quantized, p.block) {
+            let message = format!(
+                "block = {} does not divide {}'s output dimension ({:?}): Burn quantizes whole blocks only",
+                p.block, bad.path, bad.shape
+            );
+            return Err(match &self.src {
+                Some(src) => src.key_error("block", message, Some(format!("block = {fits} (the largest block up to 255 that divides every quantized weight)"))),
+                None => Error::Strategy { strategy: LoraParams::NAME.into(), message },
+            });
+        }
+        let mut model = self.attach(model, &targeted, &quantized, linears);
         if !keep.is_empty() {
             model = model.unfreeze_group(ParamGroup::from_ids(keep));
         }
@@ -456,6 +512,8 @@ impl Lora {
             s.adapter_parameters = adapter_parameters;
             s.trainable_parameters = trainable;
             s.frozen_parameters = total - trainable;
+            s.quantized_parameters = quant::held_quantized(&model).1;
+            s.parameter_bytes = model.param_bytes();
         }
         Ok(model)
     }
@@ -551,6 +609,23 @@ fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>
             "dropout",
             format!("dropout = {} needs the adapter on the activation path; path = \"weight\" is Burn's LoRA, inside the weight, where no dropout can act", p.dropout),
             Some("path = \"activation\" (or leave path out: dropout chooses it)".into()),
+        ));
+    }
+    if p.quantize != Quantize::None && (p.path == AdapterPath::Activation || p.dropout != 0.0) {
+        return Err(src.key_error(
+            "quantize",
+            "quantize (QLoRA) is Burn's, on the weight path: the adapter composes with the dequantized base inside the weight; path = \"activation\" and dropout above 0 do not take it".into(),
+            Some("remove path and dropout (the weight path), or remove quantize".into()),
+        ));
+    }
+    if p.block > 255 {
+        return Err(src.key_error(
+            "block",
+            format!(
+                "block must be at most 255 values (Burn's block sizes are 8-bit), not {}",
+                p.block
+            ),
+            Some("block = 32 (ggml's Q4_0 block) or 64 (QLoRA's)".into()),
         ));
     }
     let mut lora = Lora::new(p);

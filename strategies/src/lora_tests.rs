@@ -253,6 +253,14 @@ mod merge_tests {
                 "dropout = 0.1\npath = \"weight\"",
                 "needs the adapter on the activation path",
             ),
+            (
+                "quantize = \"int8\"\npath = \"activation\"",
+                "quantize (QLoRA) is Burn's, on the weight path",
+            ),
+            (
+                "block = 300\nquantize = \"int4\"",
+                "block must be at most 255",
+            ),
         ] {
             let src = ParamSource::from_toml(&format!("type = \"lora\"\n{text}"));
             let cx = engram_core::registry::BuildContext {
@@ -267,5 +275,180 @@ mod merge_tests {
             let e = e.to_string();
             assert!(e.contains(key) && e.contains(":3:1:"), "{text}: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod qlora_tests {
+    use super::super::tests_support::*;
+    use super::super::*;
+    use engram_core::burn::tensor::Tensor;
+
+    fn values(t: Tensor<1>) -> Vec<f32> {
+        t.into_data().try_to_vec::<f32>().unwrap()
+    }
+
+    /// The parameter at `path` of `m`, dequantized when it is held quantized.
+    fn param(m: &Model, path: &str) -> Vec<f32> {
+        let t = m
+            .param_values()
+            .into_iter()
+            .find(|(i, _)| i.path == path)
+            .unwrap()
+            .1;
+        match t.dtype() {
+            engram_core::burn::tensor::DType::QFloat(_) => values(t.dequantize()),
+            _ => values(t),
+        }
+    }
+
+    /// Symmetric absmax quantization by hand, as QLoRA's base is held (Dettmers et al. 2023,
+    /// eq. 1, with integers instead of NF4): per block of `block` values along each row,
+    /// `s = max|w| / qmax`, `w' = s · clamp(round(w / s), −qmax, qmax)`.
+    fn quantized_by_hand(w: &[f32], block: usize, qmax: f32) -> Vec<f32> {
+        w.chunks(block)
+            .flat_map(|b| {
+                let s = b.iter().fold(0.0f32, |m, v| m.max(v.abs())) / qmax;
+                b.iter()
+                    .map(move |v| s * (v / s).round().clamp(-qmax, qmax))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// `quantize = "int8"` / `"int4"`: the frozen projection weights are held quantized (Burn's
+    /// QLoRA) with exactly the hand-computed values, the head stays in `f32` and trains, the
+    /// adapters' gradients are the chain rule through `dequantize(W₀) + s·A·B` (the plain
+    /// model's weight gradient, as for LoRA), a step leaves the packed base as it was, and
+    /// `param_bytes` counts the packed base: one `i8` a value and one `f32` scale a block on
+    /// the CPU.
+    #[test]
+    fn a_quantized_base_holds_hand_computed_values_and_trains_only_the_adapters() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        for (kind, qmax) in [("int8", 127.0f32), ("int4", 7.0)] {
+            let (m, b) = setup();
+            let s = lora(&format!(
+                "rank = 2\nalpha = 4.0\ntargets = [\"0.linear\"]\nquantize = \"{kind}\"\nblock = 8"
+            ));
+            let adapted = s.adapt(m.clone()).unwrap();
+            let summary = s.summary();
+            // Quantized: the frozen linear weights, 12·16 + 16·16 (the head's 16·4 trains).
+            assert_eq!(summary.quantized_parameters, 448, "{kind}");
+            for (l, d_out) in [(0, 16), (1, 16)] {
+                let p = format!("blocks.{l}.linear.weight");
+                let want = quantized_by_hand(&param(&m, &p), 8, qmax);
+                assert_eq!(want.len() % d_out, 0);
+                let got = param(&adapted, &p);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!((g - w).abs() <= 1e-6, "{kind} {p}[{i}]: {g} vs {w}");
+                }
+            }
+            // One adapter (12 + 16)·2 = 56, the head's 68, the rest frozen.
+            assert_eq!(adapted.trainable_numel(), 56 + 68, "{kind}");
+            // Bytes: 448 values of one byte + 448/8 scales of 4 bytes, the biases (16 + 16) and
+            // the head (68) in f32, the adapter's 56 in f32.
+            let want_bytes = 448 + 56 * 4 + (16 + 16 + 68) * 4 + 56 * 4;
+            assert_eq!(adapted.param_bytes(), want_bytes as u64, "{kind}");
+            assert_eq!(summary.parameter_bytes, want_bytes as u64);
+            assert_eq!(m.param_bytes(), m.numel() as u64 * 4);
+            let g = step_grads(&adapted, &b);
+            let names: Vec<String> = adapted
+                .flat_grads(&g)
+                .iter()
+                .map(|(i, _)| i.path.clone())
+                .collect();
+            assert_eq!(
+                names,
+                [
+                    "blocks.0.linear.weight.lora.a",
+                    "blocks.0.linear.weight.lora.b",
+                    "blocks.2.linear.weight",
+                    "blocks.2.linear.bias"
+                ],
+                "{kind}: only the adapter and the head get gradients"
+            );
+            let stepped = engram_core::train::trainer::sgd(0.0, None).step(0.5, adapted.clone(), g);
+            assert_eq!(
+                param(&stepped, "blocks.0.linear.weight"),
+                param(&adapted, "blocks.0.linear.weight"),
+                "{kind}: the packed base does not move"
+            );
+            // The chain rule at B ≠ 0 against the plain model of the same effective weights.
+            let plain = stepped
+                .clone()
+                .materialize()
+                .unfreeze_group(ParamGroup::all());
+            let gw = plain.flat_grads(&step_grads(&plain, &b));
+            let gl = stepped.flat_grads(&step_grads(&stepped, &b));
+            let by = |gs: &[(engram_core::model::ParamInfo, Tensor<1>)], p: &str| {
+                values(gs.iter().find(|(i, _)| i.path == p).unwrap().1.clone())
+            };
+            let gw0 = by(&gw, "blocks.0.linear.weight");
+            let a = param(&stepped, "blocks.0.linear.weight.lora.a");
+            let bb = param(&stepped, "blocks.0.linear.weight.lora.b");
+            assert!(bb.iter().any(|v| *v != 0.0));
+            // ∂L/∂B[k][j] = s·Σᵢ A[i][k]·∂L/∂W[i][j], s = α/r = 2.
+            let want_b: Vec<f32> = (0..2 * 16)
+                .map(|kj| {
+                    2.0 * (0..12)
+                        .map(|i| a[i * 2 + kj / 16] * gw0[i * 16 + kj % 16])
+                        .sum::<f32>()
+                })
+                .collect();
+            let got_b = by(&gl, "blocks.0.linear.weight.lora.b");
+            let scale = want_b.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+            for (g, w) in got_b.iter().zip(&want_b) {
+                assert!((g - w).abs() <= 1e-4 * scale, "{kind} dL/dB: {g} vs {w}");
+            }
+        }
+    }
+
+    /// A block that does not divide a quantized weight's output dimension is refused at
+    /// `block`, with the largest that does.
+    #[test]
+    fn a_block_that_does_not_divide_a_weight_is_refused_with_one_that_does() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let (m, _) = setup();
+        let mut s = lora("targets = [\"0.linear\"]\nrank = 2\nquantize = \"int8\"\nblock = 5");
+        s.src = Some(ParamSource::from_toml(
+            "targets = [\"0.linear\"]\nrank = 2\nquantize = \"int8\"\nblock = 5",
+        ));
+        let err = s.adapt(m).unwrap_err().to_string();
+        assert!(err.contains("block = 5 does not divide"), "{err}");
+        assert!(err.contains("block = 16"), "{err}");
+    }
+
+    /// `merge = "task"` over a quantized base: the merged weight `dequantize(W₀) + s·A·B` is
+    /// quantized anew (its values are the hand quantization of the merge, so each merge adds
+    /// one quantization error), the weights without an adapter stay packed as they were, and
+    /// fresh adapters follow.
+    #[test]
+    fn a_merge_over_a_quantized_base_quantizes_the_merged_weight_anew() {
+        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let (m, b) = setup();
+        let mut s = lora(
+            "rank = 2\ntargets = [\"0.linear\"]\nquantize = \"int8\"\nblock = 8\nmerge = \"task\"",
+        );
+        let adapted = s.adapt(m).unwrap();
+        let g = step_grads(&adapted, &b);
+        let adapted = engram_core::train::trainer::sgd(0.0, None).step(0.5, adapted, g);
+        let dense = param(&adapted.clone().materialize(), "blocks.0.linear.weight");
+        let untouched = param(&adapted, "blocks.1.linear.weight");
+        let stream = crate::test_util::toy_stream();
+        let merged = s
+            .task_end_model(adapted, &crate::test_util::task_info(&stream, 0))
+            .unwrap();
+        let want = quantized_by_hand(&dense, 8, 127.0);
+        let got = param(&merged, "blocks.0.linear.weight");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-6, "merged[{i}]: {g} vs {w}");
+        }
+        assert_eq!(param(&merged, "blocks.1.linear.weight"), untouched);
+        assert_eq!(s.summary().quantized_parameters, 448);
+        assert!(
+            param(&merged, "blocks.0.linear.weight.lora.b")
+                .iter()
+                .all(|v| *v == 0.0)
+        );
     }
 }

@@ -463,6 +463,12 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
             "lambda_orth",
             "no orthogonality loss: one merged LoRA adapter a task",
         ),
+        ("lora", "block", "one scale per weight"),
+        (
+            "lora",
+            "dropout",
+            "no adapter dropout (Hu et al.'s setting)",
+        ),
         ("mlp", "dropout", "no dropout"),
         ("moe-lora", "balance", "no load-balancing loss"),
         (
@@ -500,8 +506,14 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
                 } else {
                     format!("[[memory]]\ntype = \"lora\"\n{lora}\n")
                 };
+                // lora's own keys on layers the MLP has.
+                let own = if name == "lora" {
+                    "\ntargets = [\"linear\"]"
+                } else {
+                    ""
+                };
                 format!(
-                    "[model]\ntype = \"mlp\"\nhidden = [8]\n{memory}[[{kind}]]\ntype = \"{name}\""
+                    "[model]\ntype = \"mlp\"\nhidden = [8]\n{memory}[[{kind}]]\ntype = \"{name}\"{own}"
                 )
             }
         };

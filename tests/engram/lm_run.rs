@@ -382,3 +382,67 @@ fn bad_objective_settings_are_positioned_errors() {
         assert!(!log.contains("panicked"), "case {i}: {log}");
     }
 }
+
+/// QLoRA on the decoder (`lora` with `quantize = "int4"`, blocks of 16): the report counts the
+/// packed base (its projection weights quantized, the parameters' bytes well under `4 ×` their
+/// count), segment checkpointing and AMP run over it, and a run killed in its second task
+/// resumes to the same perplexity matrix.
+#[test]
+fn a_qlora_run_reports_its_packed_base_and_resumes_to_the_same_matrix() {
+    let d = tempfile::tempdir().unwrap();
+    let qlora = "[[memory]]\ntype = \"lora\"\nrank = 4\nquantize = \"int4\"\nblock = 16\n";
+    let cfg = setup(d.path(), "checkpoint_every = 1\n", qlora);
+    let full = d.path().join("full");
+    let (code, log) = run_quiet(&cfg, &full, &[], &[]);
+    assert_eq!(code, 0, "{log}");
+    let r = report(&full);
+    let lora = &r["memory"]["strategies"]["lora"];
+    // Two layers' q, k, v, o, gate, up and down of the tiny model (hidden 32, 2 key/value
+    // heads of 8, FFN 64): 2 · (32·32 + 2·32·16 + 32·32 + 2·32·64 + 64·32) = 18,432.
+    assert_eq!(lora["quantized_parameters"], 18_432, "{lora}");
+    let params = r["memory"]["parameters"].as_u64().unwrap();
+    let bytes = lora["parameter_bytes"].as_u64().unwrap();
+    // The quantized weights at one byte a value (+ a 4-byte scale per 16), the rest in f32.
+    assert_eq!(
+        bytes,
+        (params - 18_432) * 4 + 18_432 + 18_432 / 16 * 4,
+        "{lora}"
+    );
+    let m = matrix(&r);
+    assert!(
+        m.iter().flatten().all(|p| p.is_finite() && *p > 1.0),
+        "{m:?}"
+    );
+    // Killed in the second task and resumed: the same matrix.
+    let steps = std::fs::read_to_string(full.join("steps.csv")).unwrap();
+    let point = format!("step-{}", steps.lines().count() - 2);
+    let cut = d.path().join("cut");
+    let (code, log) = run_quiet(&cfg, &cut, &[], &[("ENGRAM_FAILPOINT", &point)]);
+    assert_ne!(code, 0, "{log}");
+    let (code, log) = run(&["resume", cut.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(r["language_model"], report(&cut)["language_model"]);
+    // Checkpointing gives the plain matrix; AMP computes over the packed base.
+    for (name, extra, tol) in [
+        (
+            "ckpt",
+            "[[memory]]\ntype = \"checkpoint\"\ninterval = 1\n",
+            1e-4,
+        ),
+        ("amp", "[[memory]]\ntype = \"amp\"\n", f64::INFINITY),
+    ] {
+        let cfg = setup(d.path(), "", &format!("{qlora}{extra}"));
+        let out = d.path().join(name);
+        let (code, log) = run_quiet(&cfg, &out, &[], &[]);
+        assert_eq!(code, 0, "{name}: {log}");
+        let got = matrix(&report(&out));
+        for (ra, rb) in m.iter().zip(&got) {
+            for (x, y) in ra.iter().zip(rb) {
+                assert!(
+                    y.is_finite() && close(*y, *x, tol),
+                    "{name}: {m:?} vs {got:?}"
+                );
+            }
+        }
+    }
+}

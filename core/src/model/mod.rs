@@ -421,7 +421,7 @@ impl Model {
     /// `dtype` (a tracked cast, so gradients reach the `f32` master parameter under the same id),
     /// except those its blocks declare full-precision ([`Block::full_precision`]: by default the
     /// parameters of Burn's normalisation layers, found by type), which stay `f32` (their blocks
-    /// upcast the input, see [`norm_f32`]). `None` (or `f32`) returns the model as it is.
+    /// upcast the input, see [`norm_f32`]), and quantized ones (QLoRA's base), which stay packed. `None` (or `f32`) returns the model as it is.
     /// Build a fresh view for every graph: a view's casts belong to the graph that uses them.
     pub fn compute_view(&self, dtype: Option<DType>) -> Model {
         let Some(dtype) = dtype.filter(|d| *d != DType::F32) else {
@@ -433,7 +433,10 @@ impl Model {
         }
         impl ModuleMapper for Caster {
             fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-                if self.keep.contains(&param.id) {
+                // A quantized base (QLoRA) stays packed: adding its adapter, whose factors
+                // are cast here, dequantizes it to their dtype.
+                if self.keep.contains(&param.id) || matches!(param.val().dtype(), DType::QFloat(_))
+                {
                     return param;
                 }
                 let (id, tensor, mapper) = param.consume();
@@ -446,6 +449,23 @@ impl Model {
             .flat_map(|b| b.0.full_precision())
             .collect();
         self.clone().map(&mut Caster { keep, dtype })
+    }
+
+    /// The model with every quantized parameter (QLoRA's packed base) dequantized to `f32`, the
+    /// others as they are: what a file for other tools holds (safetensors has no Burn block
+    /// scheme). Call it after `materialize`, which merges adapters but leaves a packed base.
+    pub fn dequantized(self) -> Model {
+        struct Dense;
+        impl ModuleMapper for Dense {
+            fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+                if !matches!(param.val().dtype(), DType::QFloat(_)) {
+                    return param;
+                }
+                let (id, tensor, mapper) = param.consume();
+                Param::from_mapped_value(id, tensor.dequantize(), mapper)
+            }
+        }
+        self.map(&mut Dense)
     }
 
     /// The dtype a step gives the model's input in when it computes in `compute` (mixed
@@ -543,6 +563,31 @@ impl Model {
             }
         }
         let mut c = Count(Default::default(), 0);
+        self.visit(&mut c);
+        c.1
+    }
+
+    /// Bytes the parameters take as the device holds them (a tied one once, adapters
+    /// included): `numel ×` the dtype's size for a float parameter, and for a quantized one
+    /// (QLoRA's packed base) the bytes of Burn's own data of it (`Tensor::to_data`): its values
+    /// as the backend stores them plus one scale a block. On the CPU's flex backend that is one
+    /// byte a value whatever the bit width (burn-flex keeps quantized values unpacked as `i8`),
+    /// on CubeCL devices values packed into `u32` words. `4 × numel` for a model in `f32`.
+    pub fn param_bytes(&self) -> u64 {
+        struct Bytes(std::collections::HashSet<ParamId>, u64);
+        impl ModuleVisitor for Bytes {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                if !self.0.insert(param.id) {
+                    return;
+                }
+                let t = param.val();
+                self.1 += match t.dtype() {
+                    burn::tensor::DType::QFloat(_) => t.to_data().bytes().len() as u64,
+                    d => (param.lazy_shape().num_elements() * d.size()) as u64,
+                };
+            }
+        }
+        let mut c = Bytes(Default::default(), 0);
         self.visit(&mut c);
         c.1
     }

@@ -37,6 +37,7 @@ pub fn export_safetensors(model: &Model, path: &Path, layout: ExportLayout) -> R
         .clone()
         .merge_adapters()?
         .materialize()
+        .dequantized()
         .save_into(&mut store)
         .map_err(|e| Error::Other(format!("safetensors export: {e}")))?;
     #[cfg(unix)]
