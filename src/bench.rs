@@ -133,6 +133,28 @@ pub fn bench_lora(rank: usize, activation: bool) -> engram_strategies::lora::Lor
     })
 }
 
+/// The benchmarks' QLoRA for `model`: [`bench_lora`] on the weight path over a base whose
+/// frozen projection weights Burn holds as 4-bit integers, one `f32` scale a block of 32
+/// values (`lora`'s `quantize = "int4"`, `block = 32`; a model whose projections are not
+/// multiples of 32, a tiny test model's, gets the largest block below that divides them all).
+pub fn bench_qlora(
+    rank: usize,
+    model: &engram_core::model::Model,
+) -> engram_strategies::lora::Lora {
+    use engram_strategies::lora::{Lora, Quantize};
+    let outs: Vec<usize> = engram_core::model::adapter::linear_layers(model)
+        .iter()
+        .map(|l| l.shape[1])
+        .collect();
+    let mut p = bench_lora(rank, false).params().clone();
+    p.quantize = Quantize::Int4;
+    p.block = (1..=32)
+        .rev()
+        .find(|b| outs.iter().all(|d| d % b == 0))
+        .unwrap_or(1);
+    Lora::new(p)
+}
+
 /// Measures `steps` training steps of `model` at batch `batch` after `warmup` unmeasured ones,
 /// stepping `optimizer` at [`BenchOptimizer::lr`], on 16 batches of synthetic inputs drawn once
 /// (cycled). `lora` = `(rank, activation)` trains LoRA adapters of that rank (α = 2·rank) on
@@ -196,17 +218,24 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Mean cross-entropy, as the trainer's loss computes it with no forgetting strategy.
+/// The trainer's loss with no forgetting strategy: mean cross-entropy, or for a batch of token
+/// ids (a language model's windows) the mean next-token NLL (`objective = "lm"`).
 struct BenchLoss;
 
 impl engram_core::strategy::LossFn for BenchLoss {
     fn loss(
         &self,
-        _model: &engram_core::model::Model,
+        model: &engram_core::model::Model,
         logits: Tensor<2>,
         batch: &Batch,
     ) -> (Tensor<1>, Tensor<1>) {
-        let ce = engram_core::train::trainer::per_sample_cross_entropy(logits, batch);
+        use engram_core::config::Objective;
+        let objective = if batch.x.is_ids() {
+            Objective::Lm
+        } else {
+            Objective::Classify
+        };
+        let ce = engram_core::train::trainer::per_row_loss(objective, model, logits, batch);
         (ce.clone().mean(), ce)
     }
 }

@@ -29,8 +29,11 @@ pub struct MemoryRow {
     /// Bytes of the optimiser's state after the row's steps, as its record serialises it
     /// (AdamW: two moments per trainable parameter); 0 without `--optimizer`.
     pub optimizer_state_bytes: u64,
-    /// The training step's whole footprint (bytes): the model's parameters in `f32` (the frozen
-    /// base and adapters included), the optimiser's state and the step's own peak
+    /// Bytes the row's model's parameters take as the device holds them
+    /// ([`Model::param_bytes`]: `f32`, or a QLoRA row's packed base), adapters included.
+    pub parameter_bytes: u64,
+    /// The training step's whole footprint (bytes): the model's parameters (`parameter_bytes`:
+    /// the frozen base and adapters included), the optimiser's state and the step's own peak
     /// (`peak_bytes`: activations, gradients, the update's temporaries).
     pub training_peak_bytes: u64,
 }
@@ -47,10 +50,17 @@ pub const STEP_ROWS: [&str; 6] = [
 ];
 
 /// The LoRA rows (rank `MemoryOptions::lora_rank` on the model's query and value projections,
-/// Hu et al. 2021's setting), alone and with segment checkpointing and AMP: the adapters'
-/// memory against full fine-tuning's (`standard`). They need a model with `query` and `value`
-/// layers (`--model bert`).
-pub const LORA_ROWS: [&str; 3] = ["lora", "lora+checkpoint", "lora+checkpoint+amp"];
+/// Hu et al. 2021's setting), alone and with segment checkpointing and AMP, and QLoRA's
+/// (the same adapters over a base held in 4-bit blocks of 32, [`super::bench_qlora`]) alone and
+/// with checkpointing: the adapters' memory against full fine-tuning's (`standard`). They need
+/// a model with `query` and `value` layers (`--model bert` or `llama`).
+pub const LORA_ROWS: [&str; 5] = [
+    "lora",
+    "lora+checkpoint",
+    "lora+checkpoint+amp",
+    "qlora",
+    "qlora+checkpoint",
+];
 
 /// The pseudo-row that stands for the two forward-pass rows (`forward_tracked`,
 /// `eval_no_graph`).
@@ -135,6 +145,7 @@ fn measure(
         time_ratio: 1.0,
         trainable_params: 0,
         optimizer_state_bytes: 0,
+        parameter_bytes: 0,
         training_peak_bytes: 0,
     })
 }
@@ -163,7 +174,10 @@ fn chain(
     interval: usize,
 ) -> Vec<Box<dyn engram_core::strategy::MemoryStrategy>> {
     use engram_strategies::amp::{Amp, AmpParams};
-    let name = name.trim_start_matches("lora").trim_start_matches('+');
+    let name = name
+        .trim_start_matches('q')
+        .trim_start_matches("lora")
+        .trim_start_matches('+');
     let mut chain: Vec<Box<dyn engram_core::strategy::MemoryStrategy>> = Vec::new();
     if name.ends_with("amp") {
         chain.push(Box::new(Amp::new(AmpParams {
@@ -220,16 +234,21 @@ pub fn memory(
         None
     };
     let mut rows = Vec::new();
-    let lora = |net: &Model| super::bench_lora(opt.lora_rank, false).adapt(net.clone());
-    let lora_net = if LORA_ROWS.iter().any(|n| wanted(n)) {
-        Some(lora(&net)?)
+    let lora_net = if LORA_ROWS[..3].iter().any(|n| wanted(n)) {
+        Some(super::bench_lora(opt.lora_rank, false).adapt(net.clone())?)
+    } else {
+        None
+    };
+    let qlora_net = if LORA_ROWS[3..].iter().any(|n| wanted(n)) {
+        Some(super::bench_qlora(opt.lora_rank, &net).adapt(net.clone())?)
     } else {
         None
     };
     for name in STEP_ROWS.into_iter().chain(LORA_ROWS).filter(|n| wanted(n)) {
-        let (m, dev) = match (&op_net, &lora_net) {
-            (Some(op), _) if name.ends_with("op-level") => (op, &bal),
-            (_, Some(l)) if name.starts_with("lora") => (l, &ad),
+        let (m, dev) = match (&op_net, &lora_net, &qlora_net) {
+            (Some(op), _, _) if name.ends_with("op-level") => (op, &bal),
+            (_, Some(l), _) if name.starts_with("lora") => (l, &ad),
+            (_, _, Some(q)) if name.starts_with("qlora") => (q, &ad),
             _ => (&net, &ad),
         };
         let lr = opt.optimizer.map_or(0.0, |o| o.lr(model));
@@ -299,7 +318,8 @@ fn step_row(
         .as_ref()
         .and_then(|o| o.into_bytes().ok())
         .map_or(0, |b| b.len() as u64);
-    row.training_peak_bytes = model.numel() as u64 * 4 + row.optimizer_state_bytes + row.peak_bytes;
+    row.parameter_bytes = model.param_bytes();
+    row.training_peak_bytes = row.parameter_bytes + row.optimizer_state_bytes + row.peak_bytes;
     Ok(row)
 }
 

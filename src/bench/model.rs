@@ -1,12 +1,14 @@
-//! The models the benchmarks build (`--model mlp|cnn|vit|bert`) and their synthetic inputs:
-//! 28×28 images in `[-1, 1)` for the image models, random token ids for BERT, each drawn once
-//! from a seeded stream so that every row and every run sees the same data.
+//! The models the benchmarks build (`--model mlp|cnn|vit|bert|llama`) and their synthetic
+//! inputs: 28×28 images in `[-1, 1)` for the image models, random token ids for BERT and the
+//! Llama decoder, each drawn once from a seeded stream so that every row and every run sees the
+//! same data.
 
 use engram_core::burn::tensor::{Device, Int, Tensor, TensorData};
 use engram_core::data::stream::{Batch, SampleRef};
 use engram_core::model::bert::{BertShape, Pooling};
+use engram_core::model::llama::LlamaShape;
 use engram_core::model::mlp::{ActivationKind, build_mlp};
-use engram_core::model::{Model, bert};
+use engram_core::model::{Model, bert, llama};
 use engram_core::{Error, Result, rng};
 use rand::Rng as _;
 use std::path::PathBuf;
@@ -53,6 +55,17 @@ pub enum BenchModel {
         /// Tokens per sequence (at most `shape.max_position`).
         seq_len: usize,
     },
+    /// A Llama decoder trained by next-token prediction on windows of random token ids
+    /// `[batch, seq_len]` (the loss: the mean next-token NLL, as `objective = "lm"` trains).
+    Llama {
+        /// Its geometry (a preset's, or a GGUF file's).
+        shape: LlamaShape,
+        /// A GGUF file whose weights it starts from (`None`: random init, standard deviation
+        /// 0.02).
+        init: Option<PathBuf>,
+        /// Tokens per window (at least 2).
+        seq_len: usize,
+    },
 }
 
 /// The geometry of BERT preset `name` ([`bert::PRESETS`]: `minilm`, `base`, `large`) with
@@ -94,18 +107,40 @@ impl BenchModel {
         })
     }
 
-    /// Input features per sample: 784 pixels, or BERT's `seq_len` token ids.
+    /// A Llama benchmark model from a GGUF file (its geometry and weights).
+    ///
+    /// # Errors
+    /// [`Error::Usage`] naming the file when it cannot be read or is not a Llama GGUF, or when
+    /// `seq_len` is below 2.
+    pub fn llama_from_gguf(file: &std::path::Path, seq_len: usize) -> Result<Self> {
+        let shape = engram_core::gguf::GgufFile::open(file)
+            .and_then(|f| llama::gguf::shape_of(&f))
+            .map_err(|e| Error::Usage(format!("bench: --init {}: {e}", file.display())))?;
+        Ok(Self::Llama {
+            shape,
+            init: Some(file.to_path_buf()),
+            seq_len,
+        })
+    }
+
+    /// Whether the model trains by next-token prediction (the Llama decoder).
+    pub fn is_lm(&self) -> bool {
+        matches!(self, Self::Llama { .. })
+    }
+
+    /// Input features per sample: 784 pixels, or the `seq_len` token ids of BERT and Llama.
     pub fn input_width(&self) -> usize {
         match self {
-            Self::Bert { seq_len, .. } => *seq_len,
+            Self::Bert { seq_len, .. } | Self::Llama { seq_len, .. } => *seq_len,
             _ => 784,
         }
     }
 
-    /// Classes of the head.
+    /// Classes of the head (a Llama's: its vocabulary, the logits of each token).
     pub fn classes(&self) -> usize {
         match self {
             Self::Bert { .. } => BERT_CLASSES,
+            Self::Llama { shape, .. } => shape.vocab,
             _ => IMAGE_CLASSES,
         }
     }
@@ -130,6 +165,23 @@ impl BenchModel {
                 shape.hidden,
                 shape.heads,
                 shape.ffn,
+                init.as_ref().map_or("random init".to_string(), |d| format!(
+                    "weights of {}",
+                    d.display()
+                ))
+            ),
+            Self::Llama {
+                shape,
+                init,
+                seq_len,
+            } => format!(
+                "Llama {} layers × {} ({} heads, {} key/value, FFN {}, vocabulary {}), windows of {seq_len}, {}",
+                shape.layers,
+                shape.hidden,
+                shape.heads,
+                shape.kv_heads,
+                shape.ffn,
+                shape.vocab,
                 init.as_ref().map_or("random init".to_string(), |d| format!(
                     "weights of {}",
                     d.display()
@@ -194,6 +246,16 @@ impl BenchModel {
                     }
                 }
             }
+            Self::Llama { shape, init, .. } => match init {
+                None => llama::build_llama(shape, r, ad),
+                Some(file) => {
+                    llama::gguf::from_file(file, ad)
+                        .map_err(|e| {
+                            Error::Usage(format!("bench: --init {}: {e}", file.display()))
+                        })?
+                        .0
+                }
+            },
         })
     }
 }
@@ -229,6 +291,9 @@ pub struct Inputs {
     pub ys: Vec<i64>,
     /// Features per sample.
     pub width: usize,
+    /// Whether a batch holds the rows as token ids (`Input::Ids`, a language model's windows,
+    /// which its next-token loss reads) rather than as floats.
+    pub ids: bool,
 }
 
 impl Inputs {
@@ -236,6 +301,9 @@ impl Inputs {
     pub fn draw(model: &BenchModel, n: usize, r: &mut rng::Rng) -> Self {
         let width = model.input_width();
         let xs = match model {
+            BenchModel::Llama { shape, .. } => (0..n * width)
+                .map(|_| r.random_range(0..shape.vocab as u32) as f32)
+                .collect(),
             BenchModel::Bert { shape, .. } => (0..n * width)
                 .map(|_| {
                     let id = r.random_range(0..shape.vocab as u32 - 1);
@@ -246,7 +314,12 @@ impl Inputs {
         };
         let classes = model.classes() as i64;
         let ys = (0..n).map(|_| r.random_range(0..classes)).collect();
-        Self { xs, ys, width }
+        Self {
+            xs,
+            ys,
+            width,
+            ids: model.is_lm(),
+        }
     }
 
     /// `x` `[rows, width]` as a tensor on `device` (BERT reads token ids given as exact
@@ -271,8 +344,13 @@ impl Inputs {
         let start = (k % chunks) * batch;
         let x = self.xs[start * self.width..(start + batch) * self.width].to_vec();
         let y = self.ys[start..start + batch].to_vec();
+        let x = self.tensor(x, batch, device);
         Batch {
-            x: batch_input(self.tensor(x, batch, device)),
+            x: if self.ids {
+                engram_core::data::input::Input::Ids(x.int())
+            } else {
+                batch_input(x)
+            },
             y: Tensor::<1, Int>::from_data(TensorData::new(y, [batch]), device),
             weights: None,
             logit_mask: None,

@@ -18,6 +18,7 @@ mod fetch;
 mod formats;
 mod fuzz;
 mod llama;
+mod llama_memory;
 mod lm;
 mod lm_cli;
 mod lm_run;

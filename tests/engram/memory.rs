@@ -526,14 +526,14 @@ fn peak_windows_nest_and_close_apart() {
 /// error (exit 2) that says what is wrong, before anything is built.
 #[test]
 fn bench_vocabulary_refuses_bad_combinations() {
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 11] = [
         (
             &["memory", "--model", "mlp", "--preset", "base"],
-            "--preset is BERT's (--model bert); --model mlp is sized by --depth and --width",
+            "--preset is the token models' (--model bert, llama); --model mlp is sized by --depth and --width",
         ),
         (
             &["throughput", "--model", "vit", "--seq-len", "64"],
-            "--seq-len is BERT's",
+            "--seq-len is the token models'",
         ),
         (
             &["memory", "--model", "bert", "--depth", "3"],
@@ -541,7 +541,7 @@ fn bench_vocabulary_refuses_bad_combinations() {
         ),
         (
             &["throughput", "--model", "llama"],
-            "--model llama is not built yet",
+            "--model llama is measured by bench memory",
         ),
         (
             &[
@@ -558,12 +558,16 @@ fn bench_vocabulary_refuses_bad_combinations() {
             "unknown optimizer `adam` (available: sgd, adamw)",
         ),
         (
-            &["memory", "--model", "bert", "--rows", "standard,qlora"],
-            "unknown row `qlora` in --rows",
+            &["memory", "--model", "bert", "--rows", "standard,qlora8"],
+            "unknown row `qlora8` in --rows",
+        ),
+        (
+            &["memory", "--model", "llama", "--seq-len", "1"],
+            "a next-token window needs at least 2 tokens",
         ),
         (
             &["memory", "--model", "mlp", "--rows", "lora"],
-            "the row `lora` adapts attention's query and value projections: it needs --model bert",
+            "the row `lora` adapts attention's query and value projections: it needs --model bert or llama",
         ),
         (
             &[

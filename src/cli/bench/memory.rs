@@ -17,9 +17,11 @@ pub struct MemoryArgs {
     pub model: ModelArgs,
     /// The rows, comma-separated: `standard`, `checkpoint`, `amp`, `both` (= `checkpoint+amp`),
     /// `op-level`, `checkpoint+op-level`, `forward` (a forward pass with and without its graph),
-    /// and LoRA's `lora`, `lora+checkpoint`, `lora+checkpoint+amp` (adapters on the query and
-    /// value projections: `--model bert`). `standard` is always measured (every ratio's
-    /// reference) [default: all but LoRA's; bert: standard, checkpoint, amp, both].
+    /// LoRA's `lora`, `lora+checkpoint`, `lora+checkpoint+amp` (adapters on the query and value
+    /// projections: `--model bert` or `llama`) and QLoRA's `qlora`, `qlora+checkpoint` (the
+    /// same over a base held in 4-bit blocks of 32). `standard` is always measured (every
+    /// ratio's reference) [default: all but LoRA's; bert: standard, checkpoint, amp, both;
+    /// llama: standard, checkpoint, lora, lora+checkpoint, qlora, qlora+checkpoint].
     #[arg(long)]
     pub rows: Option<String>,
     /// The LoRA rows' rank `r` (α = 2r).
@@ -48,9 +50,16 @@ pub struct MemoryArgs {
 /// The rows of `--rows` (names of [`STEP_ROWS`] and [`FORWARD_ROWS`]; `both` is
 /// `checkpoint+amp`), or the model's defaults.
 fn rows(spec: Option<&str>, model: &BenchModel) -> Result<Vec<String>> {
+    let tokens = matches!(model, BenchModel::Bert { .. } | BenchModel::Llama { .. });
     let Some(spec) = spec else {
         return Ok(match model {
             BenchModel::Bert { .. } => STEP_ROWS[..4].iter().map(|s| s.to_string()).collect(),
+            BenchModel::Llama { .. } => STEP_ROWS[..2]
+                .iter()
+                .chain(&LORA_ROWS[..2])
+                .chain(&LORA_ROWS[3..])
+                .map(|s| s.to_string())
+                .collect(),
             _ => STEP_ROWS
                 .iter()
                 .chain(&[FORWARD_ROWS])
@@ -61,16 +70,14 @@ fn rows(spec: Option<&str>, model: &BenchModel) -> Result<Vec<String>> {
     spec.split(',')
         .map(|r| match r.trim() {
             "both" => Ok("checkpoint+amp".to_string()),
-            r if LORA_ROWS.contains(&r) && !matches!(model, BenchModel::Bert { .. }) => {
-                Err(Error::Usage(format!(
-                    "bench memory: the row `{r}` adapts attention's query and value projections: it needs --model bert"
-                )))
-            }
+            r if LORA_ROWS.contains(&r) && !tokens => Err(Error::Usage(format!(
+                "bench memory: the row `{r}` adapts attention's query and value projections: it needs --model bert or llama"
+            ))),
             r if STEP_ROWS.contains(&r) || LORA_ROWS.contains(&r) || r == FORWARD_ROWS => {
                 Ok(r.to_string())
             }
             other => Err(Error::Usage(format!(
-                "bench memory: unknown row `{other}` in --rows (available: standard, checkpoint, amp, both, op-level, checkpoint+op-level, forward, lora, lora+checkpoint, lora+checkpoint+amp)"
+                "bench memory: unknown row `{other}` in --rows (available: standard, checkpoint, amp, both, op-level, checkpoint+op-level, forward, {})", LORA_ROWS.join(", ")
             ))),
         })
         .collect()
@@ -80,7 +87,7 @@ fn rows(spec: Option<&str>, model: &BenchModel) -> Result<Vec<String>> {
 /// rows it makes one for) and writes `--json`.
 pub fn memory(a: &MemoryArgs) -> Result<()> {
     let r = a.model.resolve(Bench::Memory)?;
-    let bert = matches!(r.model, BenchModel::Bert { .. });
+    let bert = matches!(r.model, BenchModel::Bert { .. } | BenchModel::Llama { .. });
     let steps = a.steps.unwrap_or(if bert { 2 } else { 5 });
     for (flag, v) in [
         ("--steps", Some(steps)),
@@ -166,7 +173,7 @@ fn print_rows(report: &engram::bench::MemoryReport, opt: &MemoryOptions) {
     let with_optim = opt.optimizer.is_some();
     if let Some(o) = opt.optimizer {
         println!(
-            "each step includes {}'s update; training peak = parameters in f32 (frozen base included) + optimiser state + the step's peak",
+            "each step includes {}'s update; training peak = parameters as held (f32, the frozen base included; a qlora row's base packed) + optimiser state + the step's peak",
             o.name()
         );
     }

@@ -1,9 +1,9 @@
 //! The benchmarks' one vocabulary for the model they run, shared by `engram bench memory` and
 //! `engram bench throughput` (and the adapter and language-model benchmarks after them):
-//! `--model mlp|cnn|vit|bert` (`llama`: named, not yet built), `--preset minilm|base|large` (a
-//! BERT geometry, random init) or `--init DIR` (a Hugging Face directory: its geometry and
-//! weights), `--seq-len`, `--batch`, `--depth`/`--width` (the image models' size) and
-//! `--optimizer sgd|adamw`.
+//! `--model mlp|cnn|vit|bert|llama`, `--preset minilm|base|large|smollm2` (a BERT or Llama
+//! geometry, random init) or `--init DIR|FILE.gguf` (a Hugging Face BERT directory, a Llama GGUF
+//! file: its geometry and weights), `--seq-len`, `--batch`, `--depth`/`--width` (the image
+//! models' size) and `--optimizer sgd|adamw`. `llama` is bench memory's only.
 
 use clap::Args;
 use engram::bench::{BenchModel, BenchOptimizer, bert_preset};
@@ -13,24 +13,25 @@ use std::path::PathBuf;
 /// The model flags of a benchmark.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ModelArgs {
-    /// The model: `mlp`, `cnn`, `vit` or `bert` (`llama` is not built yet) [default: `vit` for
-    /// bench memory, `mlp` for bench throughput].
+    /// The model: `mlp`, `cnn`, `vit`, `bert` or `llama` (bench memory only: a decoder trained
+    /// by next-token prediction) [default: `vit` for bench memory, `mlp` for bench throughput].
     #[arg(long)]
     pub model: Option<String>,
-    /// A BERT geometry with random init: `minilm` (6 layers × 384, 12 heads, FFN 1536; the
-    /// default), `base` (12 × 768, 12, 3072) or `large` (24 × 1024, 16, 4096). `--model bert`
-    /// only.
+    /// A geometry with random init: BERT's `minilm` (6 layers × 384, 12 heads, FFN 1536; the
+    /// default), `base` (12 × 768, 12, 3072) or `large` (24 × 1024, 16, 4096); Llama's
+    /// `smollm2` (30 × 576, 9 heads, 3 key/value, FFN 1536, vocabulary 49,152; the default).
     #[arg(long, conflicts_with = "init")]
     pub preset: Option<String>,
-    /// A Hugging Face BERT directory (`config.json` + `model.safetensors`): its geometry and
-    /// weights. `--model bert` only.
+    /// Where the weights come from, with the geometry: a Hugging Face BERT directory
+    /// (`config.json` + `model.safetensors`) for `--model bert`, a Llama GGUF file for
+    /// `--model llama`.
     #[arg(long)]
     pub init: Option<PathBuf>,
-    /// Tokens per sequence (random ids) [default: 64 for bench memory, 128 for bench
-    /// throughput]. `--model bert` only.
+    /// Tokens per sequence (random ids) [default: bert 64 for bench memory, 128 for bench
+    /// throughput; llama 128]. `--model bert` and `llama` only.
     #[arg(long)]
     pub seq_len: Option<usize>,
-    /// Batch size [defaults: bench memory: mlp 4096, cnn and vit 256, bert 4; bench
+    /// Batch size [defaults: bench memory: mlp 4096, cnn and vit 256, bert 4, llama 8; bench
     /// throughput: 128, cnn 64 (examples/cnn/split-fmnist.toml's), bert 16].
     #[arg(long)]
     pub batch: Option<usize>,
@@ -68,7 +69,7 @@ impl Bench {
 }
 
 /// The models the vocabulary names and builds.
-pub const MODELS: [&str; 4] = ["mlp", "cnn", "vit", "bert"];
+pub const MODELS: [&str; 5] = ["mlp", "cnn", "vit", "bert", "llama"];
 
 /// A model, its batch and the optimiser, resolved from [`ModelArgs`].
 #[derive(Clone, Debug, PartialEq)]
@@ -89,19 +90,20 @@ impl ModelArgs {
     /// The model, batch and optimiser these flags give for `bench`.
     ///
     /// # Errors
-    /// [`Error::Usage`] (exit code 2): an unknown model or preset, `llama` (not yet), a zero
-    /// size, BERT's flags (`--preset`, `--init`, `--seq-len`) on another model or the image
-    /// models' (`--depth`, `--width`) on BERT, a CNN of more than 2 blocks, `--init` that is not
-    /// a Hugging Face BERT directory, a sequence longer than the model's positions, and an
-    /// unknown optimiser.
+    /// [`Error::Usage`] (exit code 2): an unknown model or preset, `llama` on bench throughput,
+    /// a zero size, the token models' flags (`--preset`, `--init`, `--seq-len`) on an image
+    /// model or the image models' (`--depth`, `--width`) on a token model, a CNN of more than 2
+    /// blocks, `--init` that is not a Hugging Face BERT directory (a Llama GGUF file), a
+    /// sequence longer than BERT's positions (or a Llama window under 2), and an unknown
+    /// optimiser.
     pub fn resolve(&self, bench: Bench) -> Result<Resolved> {
         let cmd = bench.name();
         let usage = |m: String| Err(Error::Usage(format!("{cmd}: {m}")));
         let default = if bench == Bench::Memory { "vit" } else { "mlp" };
         let name = self.model.as_deref().unwrap_or(default);
-        if name == "llama" {
+        if name == "llama" && bench == Bench::Throughput {
             return usage(
-                "--model llama is not built yet (decoder language models come with their own issue); available now: mlp, cnn, vit, bert".into(),
+                "--model llama is measured by bench memory (peak memory and step time of next-token training); bench throughput's peers are the classifiers (mlp, cnn, vit, bert)".into(),
             );
         }
         if !MODELS.contains(&name) {
@@ -124,14 +126,15 @@ impl ModelArgs {
             None => BenchOptimizer::Sgd,
             Some(o) => BenchOptimizer::parse(o)?,
         };
-        let model = if name == "bert" {
-            self.bert(bench)?
-        } else {
-            self.image_model(name, bench)?
+        let model = match name {
+            "bert" => self.bert(bench)?,
+            "llama" => self.llama()?,
+            _ => self.image_model(name, bench)?,
         };
         let batch = self.batch.unwrap_or(match (bench, name) {
             (Bench::Memory, "mlp") => 4096,
             (Bench::Memory, "bert") => 4,
+            (Bench::Memory, "llama") => 8,
             (Bench::Memory, _) => 256,
             (Bench::Throughput, "bert") => 16,
             (Bench::Throughput, "cnn") => 64,
@@ -157,7 +160,7 @@ impl ModelArgs {
         .collect();
         if !given.is_empty() {
             return Err(Error::Usage(format!(
-                "{}: {} {} BERT's (--model bert); --model {name} is sized by --depth and --width",
+                "{}: {} {} the token models' (--model bert, llama); --model {name} is sized by --depth and --width",
                 bench.name(),
                 given.join(", "),
                 if given.len() == 1 { "is" } else { "are" }
@@ -209,7 +212,7 @@ impl ModelArgs {
         let preset = self.preset.as_deref().unwrap_or("minilm");
         let Some(shape) = bert_preset(preset) else {
             let later = if preset == "smollm2" {
-                " (smollm2 is a llama preset, not built yet)"
+                " (smollm2 is a llama preset: --model llama)"
             } else {
                 ""
             };
@@ -220,6 +223,51 @@ impl ModelArgs {
         engram::bench::model::check_seq_len(&shape, seq_len)?;
         Ok(BenchModel::Bert {
             shape,
+            init: None,
+            seq_len,
+        })
+    }
+
+    /// `--model llama`: a preset's geometry (default `smollm2`, random init) or a GGUF file's
+    /// (`--init`, its weights too); windows of `--seq-len` tokens (default 128).
+    fn llama(&self) -> Result<BenchModel> {
+        let cmd = Bench::Memory.name();
+        if self.depth.is_some() || self.width.is_some() {
+            return Err(Error::Usage(format!(
+                "{cmd}: --depth and --width size the mlp, cnn and vit; a llama's geometry is its --preset (smollm2) or --init FILE.gguf"
+            )));
+        }
+        let seq_len = self.seq_len.unwrap_or(128);
+        if seq_len < 2 {
+            return Err(Error::Usage(format!(
+                "{cmd}: --seq-len {seq_len}: a next-token window needs at least 2 tokens"
+            )));
+        }
+        if let Some(file) = &self.init {
+            return BenchModel::llama_from_gguf(file, seq_len);
+        }
+        let preset = self.preset.as_deref().unwrap_or("smollm2");
+        let Some((_, [layers, hidden, heads, kv_heads, ffn, vocab])) =
+            engram::core::model::llama::PRESETS
+                .iter()
+                .find(|(n, _)| *n == preset)
+        else {
+            return Err(Error::Usage(format!(
+                "{cmd}: unknown llama preset `{preset}`; available: smollm2"
+            )));
+        };
+        Ok(BenchModel::Llama {
+            shape: engram::core::model::llama::LlamaShape {
+                layers: *layers,
+                hidden: *hidden,
+                heads: *heads,
+                kv_heads: *kv_heads,
+                ffn: *ffn,
+                vocab: *vocab,
+                rope_base: 1e5,
+                rms_eps: 1e-5,
+                tied: true,
+            },
             init: None,
             seq_len,
         })
@@ -339,18 +387,26 @@ mod tests {
         let mut cnn = args("cnn");
         cnn.depth = Some(3);
         for (a, bench, want) in [
-            (&preset_on_mlp, Bench::Memory, "--preset is BERT's"),
+            (
+                &preset_on_mlp,
+                Bench::Memory,
+                "--preset is the token models'",
+            ),
             (
                 &depth_on_bert,
                 Bench::Memory,
                 "a bert's geometry is its --preset",
             ),
             (&long, Bench::Throughput, "--seq-len 513 must be in 1..=512"),
-            (&smollm, Bench::Memory, "smollm2 is a llama preset"),
+            (
+                &smollm,
+                Bench::Memory,
+                "smollm2 is a llama preset: --model llama",
+            ),
             (
                 &args("llama"),
-                Bench::Memory,
-                "--model llama is not built yet",
+                Bench::Throughput,
+                "--model llama is measured by bench memory",
             ),
             (&args("gpt"), Bench::Throughput, "unknown model `gpt`"),
             (&cnn, Bench::Memory, "1 or 2 conv blocks"),
