@@ -97,6 +97,8 @@ pub struct MemoryReport {
     pub blocks: usize,
     /// The model's parameters.
     pub params: usize,
+    /// Values per scale of the `qlora` rows' 4-bit base ([`super::bench_qlora`]), when measured.
+    pub qlora_block: Option<usize>,
 }
 
 /// Runs `f(step)` `warmup + steps` times; the row holds the highest peak above the bytes in use
@@ -239,11 +241,12 @@ pub fn memory(
     } else {
         None
     };
-    let qlora_net = if LORA_ROWS[3..].iter().any(|n| wanted(n)) {
-        Some(super::bench_qlora(opt.lora_rank, &net).adapt(net.clone())?)
-    } else {
-        None
-    };
+    let qlora = LORA_ROWS[3..]
+        .iter()
+        .any(|n| wanted(n))
+        .then(|| super::bench_qlora(opt.lora_rank, &net));
+    let qlora_block = qlora.as_ref().map(|q| q.params().block);
+    let qlora_net = qlora.map(|q| q.adapt(net.clone())).transpose()?;
     for name in STEP_ROWS.into_iter().chain(LORA_ROWS).filter(|n| wanted(n)) {
         let (m, dev) = match (&op_net, &lora_net, &qlora_net) {
             (Some(op), _, _) if name.ends_with("op-level") => (op, &bal),
@@ -274,6 +277,7 @@ pub fn memory(
         every,
         blocks,
         params: net.numel(),
+        qlora_block,
     })
 }
 

@@ -111,11 +111,20 @@ impl BenchModel {
     ///
     /// # Errors
     /// [`Error::Usage`] naming the file when it cannot be read or is not a Llama GGUF, or when
-    /// `seq_len` is below 2.
+    /// `seq_len` is over its context length (`llama.context_length`).
     pub fn llama_from_gguf(file: &std::path::Path, seq_len: usize) -> Result<Self> {
-        let shape = engram_core::gguf::GgufFile::open(file)
-            .and_then(|f| llama::gguf::shape_of(&f))
-            .map_err(|e| Error::Usage(format!("bench: --init {}: {e}", file.display())))?;
+        let usage = |e: String| Error::Usage(format!("bench: --init {}: {e}", file.display()));
+        let f = engram_core::gguf::GgufFile::open(file).map_err(|e| usage(e.to_string()))?;
+        let shape = llama::gguf::shape_of(&f).map_err(|e| usage(e.to_string()))?;
+        let context = f
+            .metadata("llama.context_length")
+            .and_then(|v| v.as_u64())
+            .map(|v| v as usize);
+        if let Some(c) = context.filter(|c| seq_len > *c) {
+            return Err(Error::Usage(format!(
+                "bench: --seq-len {seq_len} is over the model's context length {c} (GGUF llama.context_length)"
+            )));
+        }
         Ok(Self::Llama {
             shape,
             init: Some(file.to_path_buf()),

@@ -487,14 +487,42 @@ impl Lora {
             Quantize::None => Vec::new(),
             _ => quant::quantized(&model, &params, &linears, &keep),
         };
+        if p.quantize != Quantize::None
+            && quantized.is_empty()
+            && quant::held_quantized(&model).1 == 0
+        {
+            let message = "quantize finds no frozen linear layer to hold quantized in this model: QLoRA quantizes the linear layers the blocks route through the adapter call (BERT's and Llama's projections, the ViT's patch projection and MLP; not convolutions, not Burn's attention inside the ViT), and those of the head and `train` stay trainable".to_string();
+            return Err(match &self.src {
+                Some(src) => src.key_error(
+                    "quantize",
+                    message,
+                    Some("remove quantize (there is nothing here it would hold)".into()),
+                ),
+                None => Error::Strategy {
+                    strategy: LoraParams::NAME.into(),
+                    message,
+                },
+            });
+        }
         if let Some((bad, fits)) = quant::misfit(&quantized, p.block) {
             let message = format!(
                 "block = {} does not divide {}'s output dimension ({:?}): Burn quantizes whole blocks only",
                 p.block, bad.path, bad.shape
             );
+            // A block under 8 values holds more scale than values: one scale a weight then.
+            let hint = if fits >= 8 {
+                format!(
+                    "block = {fits} (the largest block up to 255 that divides every quantized weight)"
+                )
+            } else {
+                "block = 0 (one scale per weight: no block of 8 to 255 values divides every quantized weight)".to_string()
+            };
             return Err(match &self.src {
-                Some(src) => src.key_error("block", message, Some(format!("block = {fits} (the largest block up to 255 that divides every quantized weight)"))),
-                None => Error::Strategy { strategy: LoraParams::NAME.into(), message },
+                Some(src) => src.key_error("block", message, Some(hint)),
+                None => Error::Strategy {
+                    strategy: LoraParams::NAME.into(),
+                    message,
+                },
             });
         }
         let mut model = self.attach(model, &targeted, &quantized, linears);
@@ -616,6 +644,16 @@ fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn MemoryStrategy>
             "quantize",
             "quantize (QLoRA) is Burn's, on the weight path: the adapter composes with the dequantized base inside the weight; path = \"activation\" and dropout above 0 do not take it".into(),
             Some("remove path and dropout (the weight path), or remove quantize".into()),
+        ));
+    }
+    if p.quantize == Quantize::None && p.block != LoraParams::default().block {
+        return Err(src.key_error(
+            "block",
+            format!(
+                "block = {} sizes the quantization blocks of quantize, and quantize is \"none\": it would do nothing",
+                p.block
+            ),
+            Some("add quantize = \"int4\" (QLoRA's base), or remove block".into()),
         ));
     }
     if p.block > 255 {

@@ -247,7 +247,12 @@ impl ForgettingStrategy for MoeLora {
             MoeLoraParams::NAME,
             "grows a pool of LoRA experts on the layers lora adapts",
             |l| {
-                if l.path() != AdapterPath::Activation {
+                if l.params().quantize != crate::lora::Quantize::None {
+                    Err((
+                    "moe-lora builds its experts on the activation-path adapter component, and this lora entry quantizes the base (quantize, QLoRA), which only Burn's weight-path adapter takes".into(),
+                    "remove quantize from the [[memory]] type = \"lora\" entry and set path = \"activation\" there".into(),
+                ))
+                } else if l.path() != AdapterPath::Activation {
                     Err((
                     "moe-lora builds its experts on the activation-path adapter component, and this lora entry puts its adapters on the weights (path = \"weight\", Burn's LoRA: the default without dropout)".into(),
                     "set path = \"activation\" in the [[memory]] type = \"lora\" entry".into(),

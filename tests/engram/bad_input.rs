@@ -463,7 +463,6 @@ fn every_numeric_strategy_key_refuses_non_finite_and_out_of_range_values() {
             "lambda_orth",
             "no orthogonality loss: one merged LoRA adapter a task",
         ),
-        ("lora", "block", "one scale per weight"),
         (
             "lora",
             "dropout",

@@ -182,6 +182,52 @@ fn forgetting_strategies_run_on_adapters() {
     }
 }
 
+/// Over a quantized base (`quantize = "int8"`, one scale a weight): weight averaging (`ema`)
+/// and GDumb, which read every parameter and write back the ones they change, run (the packed
+/// base reads as its dequantized values and is never written); the report counts the packed
+/// weights; and the f32 adapters export as PEFT's.
+#[test]
+fn strategies_that_rewrite_weights_and_peft_export_run_over_a_quantized_base() {
+    let d = tempfile::tempdir().unwrap();
+    for (i, forgetting) in [
+        "[[forgetting]]\ntype = \"ema\"\n",
+        "[[forgetting]]\ntype = \"gdumb\"\ncapacity = 20\nepochs = 1\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dir = d.path().join(i.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = config(
+            &dir,
+            &format!(
+                "[[memory]]\ntype = \"lora\"\nrank = 2\nquantize = \"int8\"\nblock = 0\n{forgetting}"
+            ),
+        );
+        let out = dir.join("out");
+        let (code, log) = run_quiet(&cfg, &out, &[], &[]);
+        assert_eq!(code, 0, "{forgetting}: {log}");
+        let r = report(&out);
+        assert!(
+            r["memory"]["strategies"]["lora"]["quantized_parameters"].as_u64() > Some(0),
+            "{forgetting}: {}",
+            r["memory"]
+        );
+        assert!(r["metrics"]["acc"].as_f64().is_some(), "{forgetting}: {r}");
+        if i == 0 {
+            let peft = dir.join("peft");
+            let (code, log) = run(&[
+                "export",
+                out.to_str().unwrap(),
+                "--peft",
+                peft.to_str().unwrap(),
+            ]);
+            assert_eq!(code, 0, "{log}");
+            assert!(peft.join("adapter_model.safetensors").is_file());
+        }
+    }
+}
+
 /// `o-lora` runs on `lora` with `merge = "task"` (one orthogonalised adapter a task), and
 /// without the merge it stops before the second task with an error that says what to set.
 #[test]

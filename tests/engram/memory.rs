@@ -526,7 +526,7 @@ fn peak_windows_nest_and_close_apart() {
 /// error (exit 2) that says what is wrong, before anything is built.
 #[test]
 fn bench_vocabulary_refuses_bad_combinations() {
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 12] = [
         (
             &["memory", "--model", "mlp", "--preset", "base"],
             "--preset is the token models' (--model bert, llama); --model mlp is sized by --depth and --width",
@@ -564,6 +564,21 @@ fn bench_vocabulary_refuses_bad_combinations() {
         (
             &["memory", "--model", "llama", "--seq-len", "1"],
             "a next-token window needs at least 2 tokens",
+        ),
+        (
+            &[
+                "memory",
+                "--model",
+                "llama",
+                "--init",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/data/gguf/llama-tiny.gguf"
+                ),
+                "--seq-len",
+                "100000",
+            ],
+            "--seq-len 100000 is over the model's context length 64",
         ),
         (
             &["memory", "--model", "mlp", "--rows", "lora"],

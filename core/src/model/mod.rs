@@ -486,6 +486,7 @@ impl Model {
     /// parameter's value flattened to `[numel]` (untracked) and returns the new value, or
     /// `None` to keep it. Ids, gradient requirements and checkpointing strategies are kept, as
     /// burn-optim keeps them. For proximal updates and projections after an optimiser step.
+    /// A quantized parameter (QLoRA's frozen, packed base) is left as it is, unvisited.
     pub fn update_params(
         self,
         f: &mut dyn FnMut(&ParamInfo, Tensor<1>) -> Option<Tensor<1>>,
@@ -502,6 +503,11 @@ impl Model {
                 self.path.pop();
             }
             fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+                // A quantized parameter is QLoRA's frozen, packed base: nothing updates it, and
+                // writing values into it would unpack it.
+                if matches!(param.val().dtype(), DType::QFloat(_)) {
+                    return param;
+                }
                 let (id, tensor, mapper) = param.consume();
                 let shape: [usize; D] = tensor.dims();
                 let info = ParamInfo {

@@ -27,7 +27,8 @@ impl ParamInfo {
 
 type PathFn<'a, T> = dyn FnMut(&str, ParamId, &[usize], Tensor<1>) -> Option<T> + 'a;
 
-/// Visits float parameters with their dotted path; `f` gets the value flattened.
+/// Visits float parameters with their dotted path; `f` gets the value flattened (a quantized
+/// one dequantized to `f32`).
 /// A parameter held by several blocks (tied weights: one id) is visited once, at its first
 /// path.
 pub(super) struct PathVisitor<'a, T> {
@@ -59,7 +60,12 @@ impl<T> ModuleVisitor for PathVisitor<'_, T> {
         if !self.seen.insert(param.id) {
             return;
         }
+        // A quantized parameter (QLoRA's packed base) is read as its dequantized values.
         let value = param.val();
+        let value = match value.dtype() {
+            burn::tensor::DType::QFloat(_) => value.dequantize(),
+            _ => value,
+        };
         let shape = value.dims().to_vec();
         let n = shape.iter().product::<usize>();
         let path = self.path.join(".");

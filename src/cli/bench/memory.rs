@@ -144,6 +144,11 @@ pub fn memory(a: &MemoryArgs) -> Result<()> {
         opt.steps,
         opt.warmup
     );
+    if let Some(b) = report.qlora_block {
+        println!(
+            "qlora rows: the frozen projections in 4-bit integers, one f32 scale a block of {b} values"
+        );
+    }
     print_rows(&report, &opt);
     if let Some(path) = &a.json {
         let v = serde_json::json!({
@@ -158,6 +163,7 @@ pub fn memory(a: &MemoryArgs) -> Result<()> {
             "every": report.every,
             "blocks": report.blocks,
             "params": report.params,
+            "qlora_block": report.qlora_block,
             "rows": report.rows,
             "claims": engram::bench::memory::CLAIMS.iter().map(|(n, p, t)| serde_json::json!({"row": n, "peak_ratio": p, "time_ratio": t})).collect::<Vec<_>>(),
         });
