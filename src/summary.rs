@@ -13,6 +13,16 @@ fn signed(v: Option<f64>) -> String {
     v.map_or_else(|| "–".into(), |v| format!("{:+.4}", v))
 }
 
+/// The one line `engram run -q` and `engram resume -q` print: `ACC 0.8123` (final average
+/// accuracy), or for a language model (`objective = "lm"`, no accuracy) `mean perplexity
+/// 46.5519` (the mean over the domains of the last row of the perplexity matrix).
+pub fn final_line(r: &Report) -> String {
+    match r.language_model.as_ref().and_then(|l| l.metrics.mean_ppl) {
+        Some(p) => format!("mean perplexity {p:.4}"),
+        None => format!("ACC {:.4}", r.metrics.acc.unwrap_or(f64::NAN)),
+    }
+}
+
 /// The accuracy matrix (percent) and the metrics of one run; above the matrix's rows, the
 /// `initial` row: each task's accuracy before any training (`initial_accuracy`, the FWT
 /// baseline), with where that start came from (the `[model] init` file or a random start).

@@ -76,7 +76,7 @@ fn resume_locked(cli: &Cli, registry: &Registry, out: &Path, device: Option<&str
         let report =
             trainer::resume(out, registry, progress, device).map_err(|e| resume_hint(e, out))?;
         if cli.quiet {
-            println!("ACC {:.4}", report.metrics.acc.unwrap_or(f64::NAN));
+            println!("{}", engram::summary::final_line(&report));
         } else {
             print!("{}", engram::summary::run_table(&report));
         }

@@ -162,7 +162,7 @@ pub fn run(cli: &Cli, registry: &Registry, args: &RunArgs) -> Result<()> {
         && cli.quiet
         && let Some(r) = outcome.reports.first()
     {
-        println!("ACC {:.4}", r.metrics.acc.unwrap_or(f64::NAN));
+        println!("{}", engram::summary::final_line(r));
     }
     outcome.error().map_or(Ok(()), Err)
 }

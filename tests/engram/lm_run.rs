@@ -413,6 +413,13 @@ fn a_qlora_run_reports_its_packed_base_and_resumes_to_the_same_matrix() {
         m.iter().flatten().all(|p| p.is_finite() && *p > 1.0),
         "{m:?}"
     );
+    // `run -q`'s one line is the mean perplexity of the last row (no accuracy to print).
+    let mean = (m[1][0] + m[1][1]) / 2.0;
+    assert!(
+        log.trim_end()
+            .ends_with(&format!("mean perplexity {mean:.4}")),
+        "{log}"
+    );
     // Killed in the second task and resumed: the same matrix.
     let steps = std::fs::read_to_string(full.join("steps.csv")).unwrap();
     let point = format!("step-{}", steps.lines().count() - 2);
