@@ -526,7 +526,7 @@ fn peak_windows_nest_and_close_apart() {
 /// error (exit 2) that says what is wrong, before anything is built.
 #[test]
 fn bench_vocabulary_refuses_bad_combinations() {
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 14] = [
         (
             &["memory", "--model", "mlp", "--preset", "base"],
             "--preset is the token models' (--model bert, llama); --model mlp is sized by --depth and --width",
@@ -579,6 +579,35 @@ fn bench_vocabulary_refuses_bad_combinations() {
                 "100000",
             ],
             "--seq-len 100000 is over the model's context length 64",
+        ),
+        (
+            &[
+                "memory",
+                "--model",
+                "llama",
+                "--init",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/data/gguf/llama-tiny.gguf"
+                ),
+                "--seq-len",
+                "8",
+                "--rows",
+                "lora",
+                "--lora-rank",
+                "1000",
+            ],
+            "bench memory: --lora-rank 1000: rank 1000 is above",
+        ),
+        (
+            &[
+                "memory",
+                "--model",
+                "mlp",
+                "--json",
+                "/nonexistent-dir/m.json",
+            ],
+            "--json /nonexistent-dir/m.json: no directory /nonexistent-dir to write it in",
         ),
         (
             &["memory", "--model", "mlp", "--rows", "lora"],

@@ -118,8 +118,30 @@ pub fn memory(a: &MemoryArgs) -> Result<()> {
         optimizer: r.optimizer_given.then_some(r.optimizer),
         lora_rank: a.lora_rank,
     };
+    // A --json that cannot be written is said before minutes of measuring, not after.
+    if let Some(path) = &a.json {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        if !dir.is_dir() {
+            return Err(Error::Usage(format!(
+                "bench memory: --json {}: no directory {} to write it in",
+                path.display(),
+                dir.display()
+            )));
+        }
+    }
     let device = engram::core::device::select(&a.device)?;
-    let report = engram::bench::memory(&device, &r.model, r.batch, &opt)?;
+    // A LoRA rank the model cannot take is a usage error (the adapters are attached before
+    // any row is measured).
+    let report = engram::bench::memory(&device, &r.model, r.batch, &opt).map_err(|e| match e {
+        Error::Strategy { message, .. } => Error::Usage(format!(
+            "bench memory: --lora-rank {}: {message}",
+            a.lora_rank
+        )),
+        e => e,
+    })?;
     let what = if device.memory_pool_usage().is_some() {
         "the pool's reserved bytes; peak = growth over the step from a cleaned-up pool"
     } else {
