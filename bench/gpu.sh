@@ -11,8 +11,9 @@
 # run unpacks the bundle (or uses the directory it is in), probes the device (default cuda;
 # without one it falls back to the CPU and says so), and runs, each step under a time limit and
 # all of them in under 10 minutes: the device probe, `bench throughput` (engram and the plain
-# PyTorch loop of the same model, when torch imports), `bench memory` (ViT, MLP, and the
-# BERT-large geometry with random init: no weights travel), the main job
+# PyTorch loop of the same model, when torch imports), `bench memory` (ViT, MLP, the
+# BERT-large geometry, and SmolLM2's geometry -- full fine-tuning with AdamW, LoRA and QLoRA, each
+# with and without checkpointing -- all with random init: no weights travel), the main job
 # (Split-FMNIST), the checkpoint+AMP example, and bench/gpu-path.sh (the GPU code path's checks).
 # Every figure lands in one JSON file, DIR/gpu-figures.json, with each step's exit status.
 set -uo pipefail
@@ -115,8 +116,14 @@ run() {
   fi
   # On the CPU fallback the same steps run at a smaller size, so that they fit the budget.
   local vit=() mlp=(--batch 1024) bert=(--batch 8 --seq-len 128 --steps 3) sub=1500
+  # SmolLM2's table (the language-model chapter's, at its batch 8 x 128 tokens), in two steps so
+  # that a quantized base the device cannot take costs only the QLoRA rows.
+  local llama=(--batch 8 --seq-len 128 --steps 3 --warmup 1 --every 6 --rows standard,checkpoint,lora,lora+checkpoint,lora+checkpoint+amp)
+  local qlora=(--batch 8 --seq-len 128 --steps 3 --warmup 1 --every 6 --rows qlora,qlora+checkpoint)
   [ "$dev" = cpu ] && vit=(--batch 32 --steps 2) mlp=(--batch 256 --steps 2) sub=300 \
-    bert=(--batch 2 --seq-len 32 --steps 1 --rows standard,checkpoint)
+    bert=(--batch 2 --seq-len 32 --steps 1 --rows standard,checkpoint) \
+    llama=(--batch 1 --seq-len 16 --steps 1 --warmup 0 --rows standard,lora) \
+    qlora=(--batch 1 --seq-len 16 --steps 1 --warmup 0 --rows qlora)
   step throughput 120 "$E" bench throughput --device "$dev" --json "$out/throughput.json" --python "${py:-false}" $([ "$dev" = cuda ] && echo --threads none)
   if [ "$dev" = cuda ] && [ -n "$py" ]; then
     step torch-cuda 90 sh -c "$py '$root/bench/throughput_torch.py' --device cuda >'$out/torch-cuda.json'"
@@ -124,6 +131,8 @@ run() {
   step memory-vit 150 "$E" bench memory --device "$dev" --model vit "${vit[@]}" --json "$out/memory-vit.json"
   step memory-mlp 90 "$E" bench memory --device "$dev" --model mlp "${mlp[@]}" --json "$out/memory-mlp.json"
   step memory-bert-large 150 "$E" bench memory --device "$dev" --model bert --preset large --every 4 "${bert[@]}" --json "$out/memory-bert-large.json"
+  step memory-llama 150 "$E" bench memory --device "$dev" --model llama --preset smollm2 --optimizer adamw "${llama[@]}" --json "$out/memory-llama.json"
+  step memory-llama-qlora 90 "$E" bench memory --device "$dev" --model llama --preset smollm2 --optimizer adamw "${qlora[@]}" --json "$out/memory-llama-qlora.json"
   step main-job 120 "$E" run "$root/examples/split-fmnist.toml" --device "$dev" --out "$out/split-fmnist" -q --overwrite
   step checkpoint-amp 150 "$E" run "$root/examples/vit-split-fmnist-memory.toml" --device "$dev" --out "$out/vit-memory" -q --overwrite --set data.subsample=$sub
   step gpu-path 120 bash "$root/bench/gpu-path.sh" --bin "$E" --device "$dev" --out "$out/gpu-path"
@@ -145,6 +154,7 @@ fig = {
     "throughput": load("throughput.json"), "torch_cuda": load("torch-cuda.json"),
     "memory_vit": load("memory-vit.json"), "memory_mlp": load("memory-mlp.json"),
     "memory_bert_large": load("memory-bert-large.json"),
+    "memory_llama": load("memory-llama.json"), "memory_llama_qlora": load("memory-llama-qlora.json"),
     "main_job": report("split-fmnist"), "checkpoint_amp": report("vit-memory"),
     "gpu_path": load("gpu-path/gpu-path.json"),
 }
