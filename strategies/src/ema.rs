@@ -18,8 +18,11 @@
 //! whole task) lags behind the task and lowers accuracy; see the book's built-ins chapter for
 //! the measured figures.
 //!
-//! Parameters are matched by path, so a strategy that adds parameters during a task is averaged
-//! from the step they appear; a parameter that does not change (a frozen expert) keeps its value.
+//! Only the parameters the optimiser updates are averaged (a frozen parameter's average would be
+//! itself): under LoRA the average is the adapters' and the head's, and a QLoRA base stays
+//! packed, never dequantized. Parameters are matched by path, so a strategy that adds parameters
+//! during a task is averaged from the step they appear; a frozen one (the base, an earlier
+//! task's expert) keeps its value.
 
 use engram_core::burn::tensor::{Device, Tensor};
 use engram_core::component::Component;
@@ -136,8 +139,7 @@ impl Ema {
         self.updates += 1;
         let n = self.updates as f64;
         let d = decay.min((n - 1.0) / n);
-        for (info, value) in model.param_values() {
-            let value = value.inner();
+        for (info, value) in model.trainable_values() {
             let next = match self.average.remove(&info.path) {
                 Some(avg) if avg.dims() == value.dims() => {
                     avg.mul_scalar(d) + value.mul_scalar(1.0 - d)
@@ -320,6 +322,26 @@ mod tests {
         assert_close(&values(&averaged), &values(&shifted(&m0, 8.5)));
         let first = &m0.params()[0].path;
         assert!(ema.average(first).is_some());
+    }
+
+    #[test]
+    fn frozen_parameters_are_not_averaged() {
+        // A frozen model (LoRA's base, an earlier expert): nothing is averaged or kept, and the
+        // task ends on the weights as they are even if something else moved them.
+        use engram_core::burn::module::Module;
+        let m0 = tiny(4).no_grad();
+        let mut ema = Ema::new(0.5).unwrap();
+        for k in 0..3 {
+            ema.update_fixed(&shifted(&m0, k as f32));
+        }
+        let first = &m0.params()[0].path;
+        assert!(ema.average(first).is_none());
+        assert!(ema.state().unwrap().tensors.is_empty());
+        let end = shifted(&m0, 5.0);
+        assert_close(
+            &values(&ema.task_end_weights(end.clone(), &task()).unwrap()),
+            &values(&end),
+        );
     }
 
     #[test]

@@ -182,10 +182,11 @@ fn forgetting_strategies_run_on_adapters() {
     }
 }
 
-/// Over a quantized base (`quantize = "int8"`, one scale a weight): weight averaging (`ema`)
-/// and GDumb, which read every parameter and write back the ones they change, run (the packed
-/// base reads as its dequantized values and is never written); the report counts the packed
-/// weights; and the f32 adapters export as PEFT's.
+/// Over a quantized base (`quantize = "int8"`, one scale a weight): weight averaging (`ema`,
+/// which averages the trainable parameters only) and GDumb, which reads every parameter and
+/// writes back the ones it changes, run (the packed base reads as its dequantized values and
+/// is never written); the report counts the packed weights; and the f32 adapters export as
+/// PEFT's.
 #[test]
 fn strategies_that_rewrite_weights_and_peft_export_run_over_a_quantized_base() {
     let d = tempfile::tempdir().unwrap();
@@ -215,6 +216,17 @@ fn strategies_that_rewrite_weights_and_peft_export_run_over_a_quantized_base() {
         );
         assert!(r["metrics"]["acc"].as_f64().is_some(), "{forgetting}: {r}");
         if i == 0 {
+            // The average is the trainable parameters' only (adapters and head, f32): the
+            // frozen base is neither averaged nor dequantized.
+            // Its state is 4 bytes a trainable value plus its meta JSON (`{"horizon":0.25,
+            // "updates":N}`); averaging the base too would be 4 bytes a parameter.
+            let m = &r["memory"];
+            let state = m["strategy_state_bytes"]["ema"].as_u64().unwrap();
+            let trainable = m["trainable_parameters"].as_u64().unwrap();
+            assert!(
+                (4 * trainable..4 * trainable + 64).contains(&state),
+                "{state} bytes for {trainable} trainable values: {m}"
+            );
             let peft = dir.join("peft");
             let (code, log) = run(&[
                 "export",

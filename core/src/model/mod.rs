@@ -340,40 +340,23 @@ impl Model {
     /// Every float parameter's current value flattened to `[numel]`, still tracked by autodiff
     /// when the model is (use it for penalties such as EWC's).
     pub fn param_values(&self) -> Vec<(ParamInfo, Tensor<1>)> {
-        let mut v = PathVisitor::new(|path, id, shape, t| {
-            let n = shape.iter().product::<usize>();
-            Some((
-                ParamInfo {
-                    path: path.to_string(),
-                    id,
-                    shape: shape.to_vec(),
-                },
-                t.reshape([n]),
-            ))
-        });
+        let mut v = PathVisitor::new(flat_value);
         self.visit(&mut v);
         v.out
     }
 
     /// The parameters that require gradients (the ones an optimiser updates: all of them
     /// unless a strategy froze some, [`Model::trainable_numel`]), each value flattened to
-    /// `[numel]` and untracked, in module order. Per-task adapters keep a task's expert this way.
+    /// `[numel]` and untracked, in module order. A frozen parameter is not read (a packed
+    /// QLoRA base is not dequantized). Per-task adapters keep a task's expert this way; weight
+    /// averaging averages these.
     pub fn trainable_values(&self) -> Vec<(ParamInfo, Tensor<1>)> {
-        struct Ids(std::collections::HashSet<ParamId>);
-        impl ModuleVisitor for Ids {
-            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-                if param.is_require_grad() {
-                    self.0.insert(param.id);
-                }
-            }
-        }
-        let mut ids = Ids(Default::default());
-        self.visit(&mut ids);
-        self.param_values()
-            .into_iter()
-            .filter(|(i, _)| ids.0.contains(&i.id))
-            .map(|(i, t)| (i, t.inner()))
-            .collect()
+        let mut v = PathVisitor::new(|path, id, shape, t| {
+            flat_value(path, id, shape, t).map(|(i, t)| (i, t.inner()))
+        })
+        .trainable_only();
+        self.visit(&mut v);
+        v.out
     }
 
     /// The gradient of every parameter present in `grads`, flattened to `[numel]`.
@@ -731,6 +714,23 @@ pub fn norm_f32<const D: usize>(norm: &burn::nn::LayerNorm, x: Tensor<D>) -> Ten
         return norm.forward(x);
     }
     norm.forward(x.cast(DType::F32)).cast(dt)
+}
+
+/// A visited parameter as `(ParamInfo, value)`, the value as the visitor gives it (`[numel]`).
+fn flat_value(
+    path: &str,
+    id: ParamId,
+    shape: &[usize],
+    t: Tensor<1>,
+) -> Option<(ParamInfo, Tensor<1>)> {
+    Some((
+        ParamInfo {
+            path: path.to_string(),
+            id,
+            shape: shape.to_vec(),
+        },
+        t,
+    ))
 }
 
 #[cfg(test)]

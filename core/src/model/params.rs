@@ -35,6 +35,9 @@ pub(super) struct PathVisitor<'a, T> {
     path: Vec<String>,
     seen: std::collections::HashSet<ParamId>,
     f: Box<PathFn<'a, T>>,
+    /// Visit only the parameters that require gradients (a frozen one is not read at all: a
+    /// packed base is not dequantized).
+    trainable_only: bool,
     pub(super) out: Vec<T>,
 }
 
@@ -44,8 +47,15 @@ impl<'a, T> PathVisitor<'a, T> {
             path: Vec::new(),
             seen: Default::default(),
             f: Box::new(f),
+            trainable_only: false,
             out: Vec::new(),
         }
+    }
+
+    /// The same visitor over the parameters that require gradients only.
+    pub(super) fn trainable_only(mut self) -> Self {
+        self.trainable_only = true;
+        self
     }
 }
 
@@ -57,7 +67,7 @@ impl<T> ModuleVisitor for PathVisitor<'_, T> {
         self.path.pop();
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        if !self.seen.insert(param.id) {
+        if !self.seen.insert(param.id) || (self.trainable_only && !param.is_require_grad()) {
             return;
         }
         // A quantized parameter (QLoRA's packed base) is read as its dequantized values.
