@@ -176,6 +176,32 @@ pub fn prepare(
     })
 }
 
+/// What `-v` and `-vv` add before a run (`run`) or after a check (`validate`), on standard
+/// error: at `-v` the strategy chain and the data directory, at `-vv` also the effective config
+/// (the file with the `--set` overrides applied).
+pub fn describe(cli: &Cli, p: &trainer::Prepared) {
+    if cli.verbose == 0 {
+        return;
+    }
+    let names = |v: Vec<&str>| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    eprintln!(
+        "engram: forgetting: {}; memory chain: {}; schedulers: {}; data: {}",
+        names(p.forgetting.iter().map(|s| s.name()).collect()),
+        names(p.memory.iter().map(|s| s.name()).collect()),
+        names(p.schedulers.iter().map(|s| s.name()).collect()),
+        p.stream.dataset.dir.display()
+    );
+    if cli.verbose > 1 {
+        eprintln!("{}", p.cfg.source);
+    }
+}
+
 /// Adds to an interruption how to continue: `engram resume OUT` for the directory the user
 /// gave. For a `--seeds` run that is the whole directory (every unfinished seed, then the
 /// aggregate), not the interrupted seed's, which would not write the aggregate.

@@ -1,7 +1,7 @@
 //! `engram run CONFIG`: one run, or one per seed with `--seeds` ([`engram::seeds`]), into an
 //! output directory taken by [`engram::outdir::claim`].
 
-use super::{Cli, device_help, prepare, print_aggregate, resume_hint};
+use super::{Cli, describe, device_help, prepare, print_aggregate, resume_hint};
 use clap::Args;
 use engram::core::config::LoadedConfig;
 use engram::core::registry::Registry;
@@ -50,25 +50,7 @@ struct Printer<'a> {
 
 impl engram::seeds::Observer for Printer<'_> {
     fn starting(&mut self, p: &Prepared, dir: &Path) {
-        if self.cli.verbose > 0 {
-            let names = |v: Vec<&str>| {
-                if v.is_empty() {
-                    "none".to_string()
-                } else {
-                    v.join(", ")
-                }
-            };
-            eprintln!(
-                "engram: forgetting: {}; memory chain: {}; schedulers: {}; data: {}",
-                names(p.forgetting.iter().map(|s| s.name()).collect()),
-                names(p.memory.iter().map(|s| s.name()).collect()),
-                names(p.schedulers.iter().map(|s| s.name()).collect()),
-                p.stream.dataset.dir.display()
-            );
-            if self.cli.verbose > 1 {
-                eprintln!("{}", p.cfg.source);
-            }
-        }
+        describe(self.cli, p);
         if !self.cli.quiet {
             let n = p.stream.len();
             eprintln!(

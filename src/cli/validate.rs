@@ -1,6 +1,6 @@
 //! `engram validate CONFIG`: a config checked as a run would check it, without running it.
 
-use super::{Cli, prepare};
+use super::{Cli, describe, prepare};
 use clap::Args;
 use engram::core::Result;
 use engram::core::config::LoadedConfig;
@@ -21,6 +21,7 @@ pub struct ValidateArgs {
 pub fn validate(cli: &Cli, registry: &Registry, args: &ValidateArgs) -> Result<()> {
     let cfg = LoadedConfig::load(&args.config, &args.sets)?;
     let p = prepare(cfg, registry, &args.sets)?;
+    describe(cli, &p);
     if !cli.quiet {
         println!(
             "{}: ok ({} tasks, {} forgetting, {} memory, {} scheduler strategies; data from {})",

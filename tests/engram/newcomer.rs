@@ -403,3 +403,26 @@ fn the_quick_start_runs_what_it_compares() {
     assert_eq!(written, ["runs/split-fmnist", "runs/split-fmnist-replay"]);
     assert_eq!(compared, 2);
 }
+
+/// `validate -v` prints the strategy chain as `run -v` does, `-vv` also the effective config
+/// (the `--set` override applied), and `-q` nothing at all: `--help` promises it for every
+/// command.
+#[test]
+fn validate_is_as_verbose_as_run() {
+    crate::util::require_fmnist!();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cfg = root.join("examples/split-fmnist.toml");
+    let chain = "engram: forgetting: naive; memory chain: standard; schedulers: none; data: ";
+    let (code, plain) = validate(&cfg, root, &[], &[]);
+    assert_eq!(code, 0, "{plain}");
+    assert!(!plain.contains(chain), "{plain}");
+    let (code, v) = validate(&cfg, root, &[], &["-v"]);
+    assert_eq!(code, 0, "{v}");
+    assert!(v.contains(chain), "{v}");
+    assert!(!v.contains("epochs = 7"), "{v}");
+    let (code, vv) = validate(&cfg, root, &[], &["-vv", "--set", "train.epochs=7"]);
+    assert_eq!(code, 0, "{vv}");
+    assert!(vv.contains(chain) && vv.contains("epochs = 7"), "{vv}");
+    let (code, q) = validate(&cfg, root, &[], &["-q"]);
+    assert_eq!((code, q.as_str()), (0, ""));
+}
