@@ -32,8 +32,9 @@ pub enum BenchCommand {
     Throughput(throughput::ThroughputArgs),
     /// The benchmark suite: every built-in forgetting strategy, the standard methods and the
     /// shipped recipes with the plain baselines, on five streams × 3 seeds (a sweep:
-    /// `bench/suite.toml`), then one table per stream and the recipe goals. Resumable: a rerun
-    /// skips finished runs.
+    /// `bench/suite.toml`), then one table per stream and the recipe goals (the recipes and the
+    /// baselines they are held to: the sweep file's `[sweep.suite]`). Resumable: a rerun skips
+    /// finished runs.
     Suite {
         /// The short table: `bench/suite-quick.toml` (short streams, 1 seed).
         #[arg(long)]
@@ -134,7 +135,7 @@ fn suite(
         std::fs::read(dir.join("sweep.json")).map_err(|e| Error::io(dir.join("sweep.json"), e))?;
     let json: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| Error::Other(format!("sweep.json: {e}")))?;
-    let md = engram::sweep::suite::markdown(&json);
+    let md = engram::sweep::suite::markdown(&json, &sweep.suite);
     print!("\n{md}");
     engram::core::fsutil::write_atomic(&dir.join("suite.md"), md.as_bytes())?;
     if let Some(m) = markdown {

@@ -71,6 +71,8 @@ pub struct Sweep {
     pub axes: Vec<Axis>,
     /// Slurm resources.
     pub slurm: SlurmOptions,
+    /// `[sweep.suite]`: the roles `engram bench suite`'s goals compare (empty when absent).
+    pub suite: super::suite::Roles,
 }
 
 /// One run of the grid.

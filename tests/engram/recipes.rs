@@ -22,6 +22,13 @@ fn suite_json(name: &str) -> Value {
 /// method) and `bench/suite-cnn.toml` (the CNN recipe and its baselines).
 const SUITES: [&str; 2] = ["suite", "suite-cnn"];
 
+/// Suite `name`'s roles, from its sweep file's `[sweep.suite]` (`bench/<name>.toml`).
+fn roles(name: &str) -> engram::sweep::suite::Roles {
+    engram::sweep::Sweep::load(&root().join(format!("bench/{name}.toml")))
+        .unwrap()
+        .suite
+}
+
 /// The README's markers around suite `name`'s generated block.
 fn markers(name: &str) -> (String, String) {
     (
@@ -49,7 +56,7 @@ fn golden(path: &Path, want: &str, update: impl Fn(&str) -> String, have: impl F
 #[test]
 fn the_book_s_suite_tables_are_the_committed_suite_output() {
     for name in SUITES {
-        let want = engram::sweep::suite::markdown(&suite_json(name));
+        let want = engram::sweep::suite::markdown(&suite_json(name), &roles(name));
         let path = root().join(format!("book/src/figures/{name}.md"));
         golden(&path, &want, |_| want.clone(), str::to_string);
     }
@@ -58,7 +65,7 @@ fn the_book_s_suite_tables_are_the_committed_suite_output() {
 #[test]
 fn the_readme_s_results_are_the_committed_suite_output() {
     for name in SUITES {
-        let want = engram::sweep::suite::readme_excerpt(&suite_json(name));
+        let want = engram::sweep::suite::readme_excerpt(&suite_json(name), &roles(name));
         let (begin, end) = markers(name);
         let between = |text: &str| -> Option<(usize, usize)> {
             let a = text.find(&begin)? + begin.len();

@@ -356,7 +356,9 @@ fn sweep_errors_are_placed_and_foreign_directories_are_left_alone() {
 #[test]
 fn bench_suite_runs_configs_by_streams_and_prints_each_stream_s_table() {
     crate::util::require_fmnist!();
-    use engram::sweep::suite::{NAIVE, PLAIN_REPLAY, RECIPE};
+    const NAIVE: &str = "naive";
+    const PLAIN_REPLAY: &str = "replay-plain";
+    const RECIPE: &str = "replay-distill";
     let d = tempfile::tempdir().unwrap();
     let replay = "[[forgetting]]\ntype = \"replay\"\ncapacity = 100\nratio = 1.0\n";
     small_config(d.path(), &format!("{NAIVE}.toml"), "");
@@ -371,6 +373,7 @@ fn bench_suite_runs_configs_by_streams_and_prints_each_stream_s_table() {
         &suite,
         format!(
             "[sweep]\nconfigs = [\"{NAIVE}.toml\", \"{PLAIN_REPLAY}.toml\", \"{RECIPE}.toml\"]\nseeds = [0]\n\
+             [sweep.suite]\nnaive = \"{NAIVE}\"\nplain = \"{PLAIN_REPLAY}\"\nrecipes = [\"{RECIPE}\"]\n\
              [sweep.variants.stream]\nplain = {{}}\nsmall = {{ \"data.subsample\" = 300 }}\n"
         ),
     )
@@ -407,7 +410,7 @@ fn bench_suite_runs_configs_by_streams_and_prints_each_stream_s_table() {
         .expect("a goal line for the stream `small`");
     assert!(
         line.contains(&format!(
-            "| {:.4} | {:.4} |",
+            "| `{RECIPE}` | {:.4} | {:.4} |",
             acc(RECIPE),
             acc(PLAIN_REPLAY)
         )),

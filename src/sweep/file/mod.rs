@@ -9,10 +9,14 @@
 //!
 //! [sweep.slurm]                               # job-array resources (see `slurm`)
 //! cpus_per_task = 1
+//!
+//! [sweep.suite]                               # `engram bench suite`'s roles, by config stem
+//! naive = "split-fmnist"
+//! recipes = ["split-fmnist-replay"]
 //! ```
 //!
 //! An axis is any key of `[sweep]` other than the reserved ones (`name`, `base`, `configs`,
-//! `seeds`, `set`, `out`, `slurm`, `variants`): its key is a `--set` path into the config and
+//! `seeds`, `set`, `out`, `slurm`, `suite`, `variants`): its key is a `--set` path into the config and
 //! its value a non-empty list. Dotted keys written without quotes (`forgetting.1.capacity =
 //! […]`) and sub-tables (`[sweep.data] subsample = […]`) are the same axes.
 //!
@@ -22,6 +26,7 @@
 
 use super::grid::{Axis, MAX_RUNS, Sweep};
 use super::resources::{SlurmOptions, check_options};
+use super::suite::Roles;
 use engram_core::config::positioned;
 use engram_core::{Error, Result};
 use serde::Deserialize;
@@ -33,8 +38,8 @@ use toml::de::{DeString, DeTable, DeValue, ValueDeserializer};
 mod axes;
 
 /// Keys of `[sweep]` that are not axes.
-const RESERVED: [&str; 8] = [
-    "name", "base", "configs", "seeds", "set", "out", "slurm", "variants",
+const RESERVED: [&str; 9] = [
+    "name", "base", "configs", "seeds", "set", "out", "slurm", "suite", "variants",
 ];
 
 /// The top-level keys of an experiment config: the first segment of every axis and `set` key.
@@ -303,6 +308,42 @@ impl Parser<'_> {
         })
     }
 
+    /// `[sweep.suite]`, decoded through serde (unknown keys and wrong types refused); every
+    /// stem it names must be one of `configs`' (the tables name configs by stem).
+    fn suite(&self, sweep: &DeTable<'_>, configs: &[(PathBuf, usize)]) -> Result<Roles> {
+        let Some(node) = sweep.get("suite") else {
+            return Ok(Roles::default());
+        };
+        let o = node.span().start;
+        let DeValue::Table(t) = node.get_ref() else {
+            return Err(self.at(o, "`suite` must be a table".into(), None));
+        };
+        let roles = Roles::deserialize(ValueDeserializer::from(node.clone())).map_err(|e| {
+            self.at(
+                o,
+                format!("[sweep.suite]: {}", e.message().trim()),
+                Some("keys: naive, plain, joint (config stems) and recipes (a list of them)"),
+            )
+        })?;
+        let stems: Vec<String> = configs
+            .iter()
+            .filter_map(|(c, _)| c.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .collect();
+        for (key, stem) in roles.named() {
+            if !stems.iter().any(|s| s == stem) {
+                return Err(self.at(
+                    t.get(key).map_or(o, |v| v.span().start),
+                    format!("[sweep.suite] {key}: `{stem}` is not one of the sweep's configs"),
+                    Some(&format!(
+                        "name a config by its file stem: {}",
+                        stems.join(", ")
+                    )),
+                ));
+            }
+        }
+        Ok(roles)
+    }
+
     /// Refuses a sweep without configs, two configs of one stem (the config axis is named by
     /// stems), and a config that is a directory, a device or too large to be one.
     fn check_configs(&self, configs: &[(PathBuf, usize)]) -> Result<()> {
@@ -427,7 +468,8 @@ impl Sweep {
     /// [`Error::Config`] (file, line, column, hint) for TOML syntax, a key outside `[sweep]`,
     /// a missing `[sweep]` table or base config, a base config that is a directory, a device
     /// or too large, a seed that is not a whole number ≥ 0, an axis that is not a non-empty
-    /// list, an empty `out`, a bad `[sweep.slurm]`, a grid over [`MAX_RUNS`], or two runs that
+    /// list, an empty `out`, a bad `[sweep.slurm]`, a `[sweep.suite]` with an unknown key or a
+    /// stem that is none of the configs', a grid over [`MAX_RUNS`], or two runs that
     /// would get the same name.
     pub fn parse(file: &Path, source: String) -> Result<Self> {
         let p = Parser {
@@ -446,6 +488,7 @@ impl Sweep {
         let seeds = p.seeds(sweep)?;
         let fixed = p.fixed(sweep)?;
         let slurm = p.slurm(sweep)?;
+        let suite = p.suite(sweep, &configs)?;
         let mut axes = p.axes(sweep, &fixed)?;
         let variants = p.variants(sweep, &axes, &fixed)?;
         axes.extend(variants);
@@ -464,6 +507,7 @@ impl Sweep {
             fixed,
             axes,
             slurm,
+            suite,
             source: source.clone(),
         };
         s.check_names()?;
@@ -723,6 +767,30 @@ mod tests {
                 3,
                 14,
                 "share the directory",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\n[sweep.suite]\nnaive = \"y\"\n",
+                4,
+                9,
+                "`y` is not one of the sweep's configs name a config by its file stem: x",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\n[sweep.suite]\nrecipes = [\"x\", \"z\"]\n",
+                4,
+                11,
+                "[sweep.suite] recipes: `z` is not one",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\n[sweep.suite]\nbaseline = \"x\"\n",
+                3,
+                1,
+                "unknown field `baseline`",
+            ),
+            (
+                "[sweep]\nbase = \"x.toml\"\nsuite = 3\n",
+                3,
+                9,
+                "`suite` must be a table",
             ),
         ];
         for (text, line, column, needle) in cases {
