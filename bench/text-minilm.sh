@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates book/src/figures/text-minilm.md: the run of examples/text/minilm-stream.toml
-# (all-MiniLM-L6-v2 fine-tuned in full on the four-task text stream, replay of 400 documents,
-# 250 training and 100 test documents a task, 1 epoch), its summary as engram prints it: the
+# (all-MiniLM-L6-v2 fine-tuned in full on the four-task text stream, replay of 200 documents,
+# 120 training and 60 test documents a task, 1 epoch), its summary as engram prints it: the
 # class-incremental accuracy matrix, ACC / BWT / forgetting / retention, the task-IL view, time,
 # peak memory and the stored samples. About 5 minutes on 2 cores. Needs
 # `cargo build --release --workspace` and the data: `engram data fetch text-stream` and
