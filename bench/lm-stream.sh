@@ -15,7 +15,8 @@
 # Needs `cargo build --release --workspace` and the data (`engram data fetch smollm2`,
 # `engram data fetch text-stream`).
 #   SEED, SUBSAMPLE, TEST, CAPACITY, ROWS (a subset, space-separated), ENGRAM (the binary), WORK
-#   (the runs' directory) override the settings below; KEEP=1 keeps finished rows.
+#   (the runs' directory) override the settings below; KEEP=1 keeps finished rows (a row killed
+#   midway: `engram resume WORK/ROW`, then KEEP=1 for the rest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 E=$(realpath "${ENGRAM:-target/release/engram}")
@@ -62,9 +63,7 @@ for row in $ROWS; do
     if [ "${KEEP:-0}" = 1 ] && [ -f "$W/$row/report.json" ]; then continue; fi
     config "$row" > "$W/$row.toml"
     echo "== $row" >&2
-    s=$(date +%s)
     ENGRAM_DATA="$DATA" "$E" run "$W/$row.toml" --out "$W/$row" -q --overwrite
-    echo $(( $(date +%s) - s )) > "$W/$row.secs"
 done
 python3 - "$load" "$SEED" "$SUBSAMPLE" "$TEST" "$CAPACITY" "$W" $ROWS > book/src/figures/lm-stream.md.tmp <<'PY'
 import json, math, os, sys
@@ -96,7 +95,9 @@ for row in rows:
     l = r["language_model"]
     p = l["perplexity_matrix"]
     m = l["metrics"]
-    secs = open(os.path.join(w, f"{row}.secs")).read().strip()
+    # The run's own wall time over every process of it (a killed run resumed with `engram
+    # resume WORK/ROW` counts what it kept, not the work it lost).
+    secs = f"{r['timings']['total_s']:.0f}"
     peak = max(r["memory"].get("per_task_train_peak_bytes") or [0]) / 1048576
     f0 = math.log(p[-1][0]) - math.log(p[0][0])
     print(f"| {row} | " + " | ".join(f"{v:.2f}" for v in p[-1]) +
