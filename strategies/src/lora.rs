@@ -45,6 +45,10 @@ use std::sync::Mutex;
 mod quant;
 pub use quant::Quantize;
 
+/// What the adapter strategies (`moe-lora`, `per-task-lora`, `o-lora`) own
+/// ([`engram_core::strategy::ForgettingStrategy::owns`]): a run has at most one of them, once.
+pub const ADAPTERS: &str = "the structure of `lora`'s adapters";
+
 /// When the adapters are merged into the base weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

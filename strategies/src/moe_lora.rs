@@ -237,6 +237,10 @@ impl ForgettingStrategy for MoeLora {
         Ok(())
     }
 
+    fn owns(&self) -> Option<&'static str> {
+        Some(crate::lora::ADAPTERS)
+    }
+
     fn memory_refusal(
         &self,
         memory: &[engram_core::config::StrategyEntry],

@@ -179,6 +179,10 @@ impl ForgettingStrategy for OLora {
         Ok(model)
     }
 
+    fn owns(&self) -> Option<&'static str> {
+        Some(crate::lora::ADAPTERS)
+    }
+
     fn memory_refusal(
         &self,
         memory: &[engram_core::config::StrategyEntry],

@@ -300,6 +300,10 @@ impl ForgettingStrategy for PerTaskLora {
         PerTaskLoraParams::NAME
     }
 
+    fn owns(&self) -> Option<&'static str> {
+        Some(crate::lora::ADAPTERS)
+    }
+
     fn memory_refusal(
         &self,
         memory: &[engram_core::config::StrategyEntry],

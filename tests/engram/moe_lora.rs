@@ -164,7 +164,8 @@ fn per_task_lora_runs_on_the_activation_path() {
 
 /// The adapter strategies' settings are refused before anything runs: `engram validate` says
 /// it at the strategy's entry (exit 2) for moe-lora over a weight-path lora, over a lora that
-/// merges each task, and without lora; o-lora without merge = "task"; per-task-lora with it.
+/// merges each task, and without lora; o-lora without merge = "task"; per-task-lora with it;
+/// two strategies that own the adapters' structure, or one of them listed twice.
 #[test]
 fn adapter_strategy_settings_are_refused_by_validate() {
     let d = tempfile::tempdir().unwrap();
@@ -186,6 +187,22 @@ fn adapter_strategy_settings_are_refused_by_validate() {
             lora("merge = \"task\"\n"),
             "[[forgetting]]\ntype = \"per-task-lora\"\n".into(),
             "set merge = ",
+        ),
+        // Two owners of the adapters' structure: one listed twice, or two of them.
+        (
+            lora("path = \"activation\"\n"),
+            format!("{MOE}{MOE}"),
+            "`moe-lora` is listed twice: each entry would own the structure of `lora`'s adapters",
+        ),
+        (
+            lora("path = \"activation\"\n"),
+            format!("{MOE}[[forgetting]]\ntype = \"per-task-lora\"\n"),
+            "`per-task-lora` and `moe-lora` both own the structure of `lora`'s adapters",
+        ),
+        (
+            lora("merge = \"task\"\n"),
+            "[[forgetting]]\ntype = \"o-lora\"\n[[forgetting]]\ntype = \"o-lora\"\n".into(),
+            "`o-lora` is listed twice",
         ),
     ] {
         let cfg = crate::lora::config(d.path(), &format!("{memory}{forgetting}"));

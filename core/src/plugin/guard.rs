@@ -147,6 +147,11 @@ impl<T: ForgettingStrategy + ?Sized> ForgettingStrategy for Guarded<T> {
             self.inner.after_task(cx)
         })?
     }
+    fn owns(&self) -> Option<&'static str> {
+        // A plugin whose answer panics owns nothing: the refusal it would cause is advice.
+        guard(&self.lib, &self.name, "owns", || self.inner.owns()).unwrap_or(None)
+    }
+
     fn lm_refusal(&self) -> Option<crate::strategy::LmRefusal> {
         // A plugin whose answer panics is refused, as one that does not say.
         guard(&self.lib, &self.name, "lm_refusal", || {

@@ -374,6 +374,16 @@ pub trait ForgettingStrategy: Send {
         None
     }
 
+    /// What this strategy owns for the whole run, that no other `[[forgetting]]` entry may own
+    /// too, or `None` (the default). The adapter strategies own the structure of `lora`'s
+    /// adapters (`moe-lora` grows a pool of experts in them, `per-task-lora` keeps one a task,
+    /// `o-lora` merges and orthogonalises them): two of them, or one listed twice, would each
+    /// rebuild the same adapters. `engram validate` and the start of `run` refuse the second
+    /// owner at its entry.
+    fn owns(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Advice for a run that diverged (an infinite or NaN loss) while this strategy acted on
     /// it: one sentence naming the keys of this strategy to change, or `None` (the default)
     /// when the strategy cannot have caused it. The trainer adds every strategy's hint to

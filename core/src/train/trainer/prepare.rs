@@ -86,11 +86,27 @@ pub fn prepare(cfg: LoadedConfig, registry: &Registry) -> Result<Prepared> {
     };
     let forgetting = registry.build_forgetting(&cfg, &bcx)?;
     check_objective(&cfg, &model, &stream, &forgetting, &device)?;
+    let mut owners: Vec<(&'static str, &str)> = Vec::new();
     for (i, f) in forgetting.iter().enumerate() {
         if let Some(r) = f.memory_refusal(&c.memory) {
             return Err(cfg
                 .params("forgetting", i)
                 .key_error(r.key, r.message, Some(r.hint)));
+        }
+        if let Some(what) = f.owns() {
+            if let Some((_, first)) = owners.iter().find(|(w, _)| *w == what) {
+                let message = if *first == f.name() {
+                    format!("`{first}` is listed twice: each entry would own {what}")
+                } else {
+                    format!("`{}` and `{first}` both own {what}", f.name())
+                };
+                return Err(cfg.params("forgetting", i).key_error(
+                    "type",
+                    message,
+                    Some(format!("keep one strategy that owns {what}")),
+                ));
+            }
+            owners.push((what, f.name()));
         }
     }
     let memory = registry.build_memory(&cfg, &bcx)?;
