@@ -57,6 +57,11 @@ const OTHER_MEANINGS: &[(&str, &str, &str)] = &[
         "a run's config naming the naive baseline, which `compare` measures plasticity against",
     ),
     (
+        "naive",
+        "src/sweep/suite.rs",
+        "the `[sweep.suite]` role key naming a suite's naive fine-tuning config",
+    ),
+    (
         "lr",
         "strategies/src/gdumb.rs",
         "GDumb's own key, the learning rate of its training on the memory",
