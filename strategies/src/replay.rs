@@ -295,10 +295,15 @@ impl ForgettingStrategy for Replay {
                 "selection",
                 "herding selects per class by pooled features; use `reservoir`",
             )
-        } else if p.selection == Selection::Stratified && p.stratify_by == Score::Entropy {
+        } else if p.selection == Selection::Stratified {
             (
-                "stratify_by",
-                "the predictive entropy is over classes; use `loss`",
+                "selection",
+                "stratified selection scores each sample's class loss or entropy; use `reservoir`",
+            )
+        } else if p.priority {
+            (
+                "priority",
+                "priorities are each sample's class loss; set `priority = false`",
             )
         } else if p.allocation == Allocation::Entropy {
             (

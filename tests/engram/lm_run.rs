@@ -316,7 +316,8 @@ fn a_killed_replay_run_resumes_to_the_same_matrix() {
 
 /// Bad input is a positioned error (exit 2, `lm.toml:LINE:COL`, a hint), never a panic: an
 /// unknown objective, a window of 1, a window without the objective, a strategy that needs
-/// class logits (named), replay's logit distillation, a model that is not a decoder.
+/// class logits (named), replay's logit distillation, stratified selection and priorities, a
+/// model that is not a decoder.
 #[test]
 fn bad_objective_settings_are_positioned_errors() {
     let d = tempfile::tempdir().unwrap();
@@ -355,6 +356,17 @@ fn bad_objective_settings_are_positioned_errors() {
             format!("{base}{replay}"),
             "[[forgetting]]",
             "set `distill = 0`",
+        ),
+        // Replay's per-sample class scores: stratified selection and priorities.
+        (
+            format!("{base}{replay}distill = 0.0\nselection = \"stratified\"\n"),
+            "selection =",
+            "use `reservoir`",
+        ),
+        (
+            format!("{base}{replay}distill = 0.0\npriority = true\n"),
+            "priority =",
+            "set `priority = false`",
         ),
         (
             base.replace("type = \"llama\"", "type = \"mlp\"\nhidden = [8]")

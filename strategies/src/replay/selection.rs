@@ -105,15 +105,43 @@ impl Replay {
         refs
     }
 
+    /// Whether anything reads the scoring forward of [`Replay::score`]: stratified selection
+    /// (its score), priorities (the loss), entropy allocation (the entropy sum) and logit
+    /// replay (the logits). Reservoir, class-balanced and herding selection at `distill = 0`
+    /// read none of them.
+    fn scores_read(&self) -> bool {
+        self.p.selection == Selection::Stratified
+            || self.p.priority
+            || self.p.allocation == Allocation::Entropy
+            || self.p.distill > 0.0
+    }
+
     /// Scores `refs` (of task `t`) without a graph: per-sample loss and predictive entropy.
     /// Their slots, in the order of `refs`, with the loss or the entropy as score, the
     /// priority and (when distilling) the logits; and the sum of their predictive entropies.
+    /// When nothing reads them ([`Replay::scores_read`]) there is no forward: the slots carry
+    /// their labels, score 0 and priority 1 (a language model's windows would otherwise be run
+    /// through the model with their full-vocabulary logits, gigabytes at a few hundred windows).
     pub(super) fn score(
         &self,
         cx: &TaskContext<'_>,
         t: usize,
         refs: &[SampleRef],
     ) -> (Vec<Slot>, f64) {
+        if !self.scores_read() {
+            let labels = &cx.stream.dataset.train.labels;
+            let slots = refs
+                .iter()
+                .map(|r| Slot {
+                    r: *r,
+                    class: labels[r.index as usize] as u8,
+                    score: 0.0,
+                    priority: 1.0,
+                    logits: Vec::new(),
+                })
+                .collect();
+            return (slots, 0.0);
+        }
         let valid = cx.model.valid();
         let inner = cx.device.clone().inner();
         let classes = cx.stream.num_classes;
