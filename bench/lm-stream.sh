@@ -10,8 +10,8 @@
 # and the base model's own perplexity on each domain before any training. Per row: the
 # perplexity matrix, the forgetting of the first domain, mean perplexity, BWT and forgetting on
 # log-perplexity, wall time and the training phase's process peak. SUBSAMPLE / TEST windows a
-# domain (the "a few hundred" is SUBSAMPLE=256; the default is a slice that fits a
-# session on 2 cores: about 20 minutes for the four rows there).
+# domain: the default is the "a few hundred" (256 training, 32 held-out), about 90
+# minutes for the four rows on 2 cores; SUBSAMPLE=64 TEST=16 is a slice of about 20 minutes.
 # Needs `cargo build --release --workspace` and the data (`engram data fetch smollm2`,
 # `engram data fetch text-stream`).
 #   SEED, SUBSAMPLE, TEST, CAPACITY, ROWS (a subset, space-separated), ENGRAM (the binary), WORK
@@ -23,8 +23,8 @@ E=$(realpath "${ENGRAM:-target/release/engram}")
 W=$(realpath -m "${WORK:-target/bench-lm-stream}")
 DATA=$(realpath -m "${ENGRAM_DATA:-data}")
 SEED=${SEED:-0}
-SUBSAMPLE=${SUBSAMPLE:-64}
-TEST=${TEST:-16}
+SUBSAMPLE=${SUBSAMPLE:-256}
+TEST=${TEST:-32}
 CAPACITY=${CAPACITY:-64}
 ROWS=${ROWS:-full lora o-lora lora-replay}
 BASE=examples/text/lm-stream.toml
