@@ -108,6 +108,7 @@ pub fn tune(cli: &Cli, registry: &Registry, args: &TuneArgs) -> Result<()> {
     // The full stream, prepared once: its tasks' classes give the first K tasks' overrides.
     let cfg = LoadedConfig::load(&args.config, &args.sets)?;
     let scenario = cfg.config.data.scenario;
+    let entries = !cfg.config.data.stream.is_empty();
     let prepared = prepare(cfg.clone(), registry, &args.sets)?;
     let classes: Vec<Vec<usize>> = prepared
         .stream
@@ -116,7 +117,7 @@ pub fn tune(cli: &Cli, registry: &Registry, args: &TuneArgs) -> Result<()> {
         .map(|t| t.classes.clone())
         .collect();
     drop(prepared);
-    let mut fixed = tune::first_tasks_sets(scenario, &classes, args.tasks)?;
+    let mut fixed = tune::first_tasks_sets(scenario, &classes, args.tasks, entries)?;
     if args.tasks == classes.len() && !cli.quiet {
         eprintln!(
             "warning: --tasks {} is the whole stream: no task is left out of the tuning",

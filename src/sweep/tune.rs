@@ -119,8 +119,10 @@ pub fn toml_value(v: &str) -> String {
 
 /// The overrides that keep the first `k` tasks of a stream whose tasks hold `classes` (each
 /// task's classes, from the prepared full stream) in `scenario`: `data.tasks = k` and, for the
-/// split scenarios, `data.classes_per_task` set to the first `k` tasks' counts (one number when
-/// they are equal), so that the first `k` tasks are exactly the full stream's first `k`.
+/// split scenarios of one dataset, `data.classes_per_task` set to the first `k` tasks' counts
+/// (one number when they are equal), so that the first `k` tasks are exactly the full stream's
+/// first `k`. With `entries` (a `[[data.stream]]` config, one task an entry) `data.tasks = k`
+/// alone keeps the first `k` entries.
 ///
 /// # Errors
 /// [`Error::Usage`] when `k` is 0 or more than the stream's tasks.
@@ -128,6 +130,7 @@ pub fn first_tasks_sets(
     scenario: Scenario,
     classes: &[Vec<usize>],
     k: usize,
+    entries: bool,
 ) -> Result<Vec<String>> {
     if k == 0 || k > classes.len() {
         return Err(Error::Usage(format!(
@@ -137,7 +140,7 @@ pub fn first_tasks_sets(
         )));
     }
     let mut sets = vec![format!("data.tasks={k}")];
-    if scenario != Scenario::DomainIncremental {
+    if scenario != Scenario::DomainIncremental && !entries {
         let counts: Vec<usize> = classes[..k].iter().map(Vec::len).collect();
         if counts.iter().all(|&c| c == counts[0]) {
             sets.push(format!("data.classes_per_task={}", counts[0]));
@@ -356,20 +359,25 @@ mod tests {
     fn the_first_tasks_keep_the_streams_own_classes() {
         let even = vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7], vec![8, 9]];
         assert_eq!(
-            first_tasks_sets(Scenario::ClassIncremental, &even, 3).unwrap(),
+            first_tasks_sets(Scenario::ClassIncremental, &even, 3, false).unwrap(),
             vec!["data.tasks=3", "data.classes_per_task=2"]
         );
         let uneven = vec![vec![0, 1, 2, 3, 4, 5], vec![6], vec![7], vec![8], vec![9]];
         assert_eq!(
-            first_tasks_sets(Scenario::TaskIncremental, &uneven, 2).unwrap(),
+            first_tasks_sets(Scenario::TaskIncremental, &uneven, 2, false).unwrap(),
             vec!["data.tasks=2", "data.classes_per_task=[6, 1]"]
         );
         assert_eq!(
-            first_tasks_sets(Scenario::DomainIncremental, &even, 3).unwrap(),
+            first_tasks_sets(Scenario::DomainIncremental, &even, 3, false).unwrap(),
             vec!["data.tasks=3"]
         );
-        assert!(first_tasks_sets(Scenario::ClassIncremental, &even, 6).is_err());
-        assert!(first_tasks_sets(Scenario::ClassIncremental, &even, 0).is_err());
+        assert!(first_tasks_sets(Scenario::ClassIncremental, &even, 6, false).is_err());
+        assert!(first_tasks_sets(Scenario::ClassIncremental, &even, 0, false).is_err());
+        // A [[data.stream]] config: each entry is a task, and data.tasks keeps the first ones.
+        assert_eq!(
+            first_tasks_sets(Scenario::ClassIncremental, &uneven, 3, true).unwrap(),
+            vec!["data.tasks=3"]
+        );
     }
 
     #[test]

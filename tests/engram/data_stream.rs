@@ -383,3 +383,37 @@ fn a_missing_entry_is_said_at_its_line_with_the_fetch_command() {
         "{msg}"
     );
 }
+
+/// `engram tune` on a stream of datasets: `--tasks 1` keeps the first `[[data.stream]]` entry
+/// (through `data.tasks`), each grid run trains and scores that entry's dataset alone, and
+/// the tuned config keeps both entries.
+#[test]
+fn tune_runs_the_first_entries_of_a_stream() {
+    crate::util::require_fmnist!();
+    let d = tempfile::tempdir().unwrap();
+    inverted(d.path(), |n| n.to_string());
+    let cfg = config(
+        d.path(),
+        "dataset = \"inverted\"\nformat = \"npy\"\npath = \"inverted\"",
+        "",
+    );
+    let out = d.path().join("tune");
+    let (code, msg) = output(
+        engram()
+            .args(["tune", cfg.to_str().unwrap()])
+            .args(["--grid", "optimizer.lr=0.01,0.05", "--tasks", "1"])
+            .args(["--seeds", "0", "--jobs", "1", "-q", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(code, 0, "{msg}");
+    for lr in ["0.01", "0.05"] {
+        let r = report(&out.join(format!("grid/lr-{lr}/seed-0")));
+        assert_eq!(r["accuracy_matrix"].as_array().unwrap().len(), 1, "{r}");
+        assert_eq!(r["tasks"].as_array().unwrap().len(), 1, "{r}");
+        assert_eq!(r["tasks"][0]["class_names"][0], "fashion-mnist:T-shirt/top");
+    }
+    let tuned = std::fs::read_to_string(out.join("tuned.toml")).unwrap();
+    assert_eq!(tuned.matches("[[data.stream]]").count(), 2, "{tuned}");
+}

@@ -55,8 +55,9 @@ pub struct StreamEntry {
 }
 
 /// The `[data]` keys that name one dataset or deal it into tasks, which `[[data.stream]]`
-/// replaces (each entry names its data; each entry is a task).
-const REPLACED: [&str; 10] = [
+/// replaces (each entry names its data; each entry is a task). `tasks` stays: with entries it
+/// keeps the first `tasks` of them (`engram tune`'s first tasks).
+const REPLACED: [&str; 9] = [
     "dataset",
     "format",
     "path",
@@ -64,7 +65,6 @@ const REPLACED: [&str; 10] = [
     "std",
     "shape",
     "options",
-    "tasks",
     "classes_per_task",
     "class_order",
 ];
@@ -104,7 +104,7 @@ impl LoadedConfig {
             .iter()
             .find(|k| data.is_some_and(|t| t.contains_key(**k)))
         {
-            let hint = if matches!(*key, "tasks" | "classes_per_task" | "class_order") {
+            let hint = if matches!(*key, "classes_per_task" | "class_order") {
                 "remove it: the stream has one task per [[data.stream]] entry, with that entry's classes".into()
             } else {
                 format!(
@@ -124,6 +124,22 @@ impl LoadedConfig {
                 "scenario",
                 "a domain-incremental scenario permutes one dataset's pixels into tasks; [[data.stream]] gives each task its own dataset".into(),
                 Some("use scenario = \"class-incremental\" (the default) or \"task-incremental\"; entries that share a label space (`label_space`) are a domain shift".into()),
+            ));
+        }
+        if let Some(k) = d.tasks
+            && k > d.stream.len()
+        {
+            return Err(self.error_at(
+                "data",
+                "tasks",
+                format!(
+                    "tasks = {k} keeps the first {k} [[data.stream]] entries, and the stream has {}",
+                    d.stream.len()
+                ),
+                Some(format!(
+                    "set tasks to 1 … {} or remove it (every entry is a task)",
+                    d.stream.len()
+                )),
             ));
         }
         if d.stream.len() > u16::MAX as usize {
@@ -197,8 +213,32 @@ mod tests {
         assert_eq!((line, m.contains("a subsample of 0")), (7, true), "{m}");
         let (line, m) = refused("", "label_space = \" \"");
         assert_eq!((line, m.contains("names no space")), (7, true), "{m}");
+        let (line, m) = refused("tasks = 3", "");
+        assert_eq!(line, 2);
+        assert!(
+            m.contains("tasks = 3 keeps the first 3 [[data.stream]] entries, and the stream has 2"),
+            "{m}"
+        );
+        let (line, m) = refused("classes_per_task = 2", "");
+        assert_eq!(line, 2);
+        assert!(m.starts_with("`classes_per_task` names one dataset"), "{m}");
         // Without entries, the same [data] keys are the one dataset's.
         let ok = "[data]\ndataset = \"mnist\"\n[model]\ntype = \"mlp\"\n";
         assert!(LoadedConfig::from_source(Path::new("s.toml"), ok.into()).is_ok());
+    }
+
+    /// `tasks = k` beside entries keeps the first `k` of them, in order.
+    #[test]
+    fn tasks_keeps_the_first_entries_of_a_stream() {
+        let text = "[data]\ntasks = 2\n[[data.stream]]\ndataset = \"mnist\"\n[[data.stream]]\ndataset = \"fashion-mnist\"\n[[data.stream]]\ndataset = \"kmnist\"\n[model]\ntype = \"mlp\"\n";
+        let c = LoadedConfig::from_source(Path::new("s.toml"), text.into()).unwrap();
+        let names: Vec<&str> = c
+            .config
+            .data
+            .stream
+            .iter()
+            .map(|e| e.dataset.as_str())
+            .collect();
+        assert_eq!(names, ["mnist", "fashion-mnist"]);
     }
 }

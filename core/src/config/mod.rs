@@ -124,6 +124,7 @@ pub struct DataConfig {
     #[serde(default = "default_scenario")]
     pub scenario: Scenario,
     /// Number of tasks. Default: `classes / classes_per_task` (a list's length); permuted: 10.
+    /// With `[[data.stream]]` entries: the first `tasks` entries train (default all of them).
     #[serde(default)]
     pub tasks: Option<usize>,
     /// Classes per task in split scenarios, or one count per task ([`ClassesPerTask`]). Default 2.
@@ -496,6 +497,12 @@ impl LoadedConfig {
             source: Arc::from(text),
         };
         loaded.check()?;
+        let mut loaded = loaded;
+        if let Some(k) = loaded.config.data.tasks
+            && !loaded.config.data.stream.is_empty()
+        {
+            loaded.config.data.stream.truncate(k);
+        }
         Ok(loaded)
     }
 
