@@ -195,15 +195,15 @@ fn a_shared_label_space_matches_by_name_and_mismatches_are_refused_at_their_line
         "",
     );
     refused(&cfg, 10, "every dataset of a stream feeds the same model");
-    // `[data] tasks` deals one dataset; a stream has one task per entry.
+    // `[data] tasks` beside a stream keeps its first entries: not more than it has.
     let text = std::fs::read_to_string(&cfg)
         .unwrap()
-        .replace("mask_logits", "tasks = 2\nmask_logits");
+        .replace("mask_logits", "tasks = 3\nmask_logits");
     std::fs::write(&cfg, text).unwrap();
     refused(
         &cfg,
         4,
-        "with [[data.stream]] each entry is one task's dataset",
+        "tasks = 3 keeps the first 3 [[data.stream]] entries, and the stream has 2",
     );
 }
 
