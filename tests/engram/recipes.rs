@@ -19,8 +19,9 @@ fn suite_json(name: &str) -> Value {
 }
 
 /// The suites whose tables the book and the README show: `bench/suite.toml` (the MLP, every
-/// method) and `bench/suite-cnn.toml` (the CNN recipe and its baselines).
-const SUITES: [&str; 2] = ["suite", "suite-cnn"];
+/// method), `bench/suite-cnn.toml` (the CNN recipe and its baselines) and
+/// `bench/suite-text.toml` (MiniLM on the text stream: full fine-tuning and LoRA methods).
+const SUITES: [&str; 3] = ["suite", "suite-cnn", "suite-text"];
 
 /// Suite `name`'s roles, from its sweep file's `[sweep.suite]` (`bench/<name>.toml`).
 fn roles(name: &str) -> engram::sweep::suite::Roles {
