@@ -77,6 +77,17 @@ fn config(dir: &Path, second: &str, extra: &str) -> std::path::PathBuf {
     p
 }
 
+/// [`config`]'s stream with the inverted copy (written into `dir`) as its second entry, as
+/// NPY under its own class names, and nothing more.
+fn inverted_stream(dir: &Path) -> std::path::PathBuf {
+    inverted(dir, |n| n.to_string());
+    config(
+        dir,
+        "dataset = \"inverted\"\nformat = \"npy\"\npath = \"inverted\"",
+        "",
+    )
+}
+
 fn report(out: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap()
 }
@@ -333,12 +344,7 @@ fn a_joint_run_under_mask_logits_equals_the_unmasked_joint_run() {
 fn set_reaches_a_stream_entry_by_index() {
     crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
-    inverted(d.path(), |n| n.to_string());
-    let cfg = config(
-        d.path(),
-        "dataset = \"inverted\"\nformat = \"npy\"\npath = \"inverted\"",
-        "",
-    );
+    let cfg = inverted_stream(d.path());
     let out = d.path().join("out");
     let (code, msg) = run_quiet(&cfg, &out, &["--set", "data.stream.1.subsample=100"], &[]);
     assert_eq!(code, 0, "{msg}");
@@ -391,12 +397,7 @@ fn a_missing_entry_is_said_at_its_line_with_the_fetch_command() {
 fn tune_runs_the_first_entries_of_a_stream() {
     crate::util::require_fmnist!();
     let d = tempfile::tempdir().unwrap();
-    inverted(d.path(), |n| n.to_string());
-    let cfg = config(
-        d.path(),
-        "dataset = \"inverted\"\nformat = \"npy\"\npath = \"inverted\"",
-        "",
-    );
+    let cfg = inverted_stream(d.path());
     let out = d.path().join("tune");
     let (code, msg) = output(
         engram()
