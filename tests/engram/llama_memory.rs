@@ -99,11 +99,7 @@ fn the_llama_memory_figure_is_generated() {
         fig.contains("`engram bench memory --model llama --init SMOLLM2 --batch 8 --seq-len 128 --optimizer adamw --rows standard,checkpoint,lora,lora+checkpoint,qlora,qlora+checkpoint"),
         "{fig}"
     );
-    let rows: Vec<Vec<&str>> = fig
-        .lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| row"))
-        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
-        .collect();
+    let rows = table_rows(&fig, "| row");
     let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
     assert_eq!(
         names,
@@ -206,11 +202,7 @@ fn the_llama_equality_figure_is_generated() {
         ),
         "{fig}"
     );
-    let rows: Vec<Vec<&str>> = fig
-        .lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| check"))
-        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
-        .collect();
+    let rows = table_rows(&fig, "| check");
     let checks: Vec<&str> = rows.iter().map(|r| r[0]).collect();
     assert_eq!(
         checks,
@@ -237,4 +229,13 @@ fn the_llama_equality_figure_is_generated() {
     assert!(rows[2][2].ends_with("same argmax"), "{fig}");
     let script = std::fs::read_to_string(root.join("bench/llama-equality.sh")).unwrap();
     assert!(script.contains("> book/src/figures/llama-equality.md.tmp"));
+}
+
+/// The cells of a Markdown table's body rows in `fig` (every `| ` line but the header, which
+/// starts with `header`, and the `|---` rule), trimmed.
+fn table_rows<'a>(fig: &'a str, header: &str) -> Vec<Vec<&'a str>> {
+    fig.lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with(header))
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect()
 }
