@@ -331,8 +331,8 @@ impl PluginPlan {
     }
 
     /// Writes the crate: `Cargo.toml`, `.cargo/config.toml`, `Cargo.lock`, `src/lib.rs`,
-    /// `experiment.toml`, `README.md`, `.gitignore` and the link `core` (when engram's tree is
-    /// known).
+    /// `experiment.toml`, `README.md`, `.gitignore` and the links [`LINKS`] (when engram's tree
+    /// is known).
     ///
     /// # Errors
     /// [`Error::Io`] naming the file that could not be written.
@@ -348,12 +348,14 @@ impl PluginPlan {
             ),
             ("experiment.toml", self.experiment()),
             ("README.md", self.readme()),
-            (".gitignore", "/core\n".to_string()),
+            (".gitignore", "/core\n/vendor\n".to_string()),
         ];
         write_files(&self.dir, &files)?;
         if let Some(e) = &self.engram {
-            let link = self.dir.join("core");
-            std::os::unix::fs::symlink(e.join("core"), &link).map_err(|e| Error::io(&link, e))?;
+            for name in LINKS {
+                let link = self.dir.join(name);
+                std::os::unix::fs::symlink(e.join(name), &link).map_err(|e| Error::io(&link, e))?;
+            }
         }
         Ok(())
     }
@@ -440,7 +442,8 @@ impl PluginPlan {
             )),
             _ => s.push_str(
                 "  engram's source tree is unknown: link it and set the target directory as \
-                 README.md says (`ln -s /path/to/engram/core core`)\n",
+                 README.md says (`ln -s /path/to/engram/core core` and \
+                 `ln -s /path/to/engram/vendor vendor`)\n",
             ),
         }
         s.push_str(&format!(
@@ -451,6 +454,12 @@ impl PluginPlan {
         s
     }
 }
+
+/// The symbolic links a plugin crate holds into engram's source tree, each at the same path
+/// relative to the workspace root as in engram's, so that cargo gives the crates behind them
+/// engram's identities: `core` (engram-core) and `vendor` (the patched Burn crates of
+/// engram's `[patch.crates-io]`).
+pub const LINKS: [&str; 2] = ["core", "vendor"];
 
 /// The sections of a TOML text: `(header, text)` in order, the text before the first header
 /// under the header `""`. Comment lines just above a header belong to that header's section.
@@ -492,7 +501,8 @@ fn toml_sections(text: &str) -> Vec<(String, String)> {
 
 /// The plugin's `Cargo.toml`: its package, a `dylib` that depends on engram-core through the
 /// link `core`, and the workspace tables (`[workspace.package]`, `[workspace.dependencies]`,
-/// the profiles) copied from engram's `manifest`.
+/// the profiles, and `[patch.crates-io]`, whose patched Burn crates the link `vendor`
+/// reaches at the same relative path) copied from engram's `manifest`.
 ///
 /// # Errors
 /// [`Error::Other`] when engram's manifest is not valid TOML or the result would not be.
@@ -513,7 +523,8 @@ pub fn cargo_toml(plan: &PluginPlan, manifest: &str) -> Result<String> {
         ),
         None => {
             "# `core` must be a symbolic link to the core/ directory of the engram source tree\n\
-                 # that built your engram: `ln -s /path/to/engram/core core` (README.md).\n"
+                 # that built your engram: `ln -s /path/to/engram/core core` (README.md), and\n\
+                 # `vendor` one to its vendor/: `ln -s /path/to/engram/vendor vendor`.\n"
                 .to_string()
         }
     };
@@ -536,7 +547,10 @@ pub fn cargo_toml(plan: &PluginPlan, manifest: &str) -> Result<String> {
         version = env!("CARGO_PKG_VERSION"),
     );
     for (header, text) in toml_sections(manifest) {
-        if header.starts_with("workspace.") || header.starts_with("profile.") {
+        if header.starts_with("workspace.")
+            || header.starts_with("profile.")
+            || header.starts_with("patch.")
+        {
             out.push_str(&text);
             out.push('\n');
         }
@@ -618,6 +632,12 @@ mod tests {
             ours["workspace"]["dependencies"]
         );
         assert_eq!(t["workspace"]["package"], ours["workspace"]["package"]);
+        // The patched Burn crates, at the relative path the link `vendor` gives them.
+        assert_eq!(t["patch"], ours["patch"]);
+        assert_eq!(
+            t["patch"]["crates-io"]["burn-flex"]["path"].as_str(),
+            Some("vendor/burn-flex")
+        );
         assert!(t["workspace"].get("members").is_none());
     }
 }

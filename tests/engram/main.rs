@@ -40,3 +40,4 @@ mod synopsis;
 mod text;
 mod tune;
 mod util;
+mod vendor;

@@ -65,16 +65,22 @@ fn the_crate_shares_the_workspace_s_build() {
             "{table}"
         );
     }
-    // The link `core` is the workspace's engram-core.
-    assert_eq!(
-        krate.join("core").canonicalize().unwrap(),
-        root().join("core").canonicalize().unwrap()
-    );
-    assert!(
-        std::fs::symlink_metadata(krate.join("core"))
-            .unwrap()
-            .is_symlink()
-    );
+    // The links `core` and `vendor` are the workspace's engram-core and patched Burn crates,
+    // which the copied [patch.crates-io] names at the same relative paths.
+    assert_eq!(manifest["patch"], ours["patch"]);
+    for link in ["core", "vendor"] {
+        assert_eq!(
+            krate.join(link).canonicalize().unwrap(),
+            root().join(link).canonicalize().unwrap(),
+            "{link}"
+        );
+        assert!(
+            std::fs::symlink_metadata(krate.join(link))
+                .unwrap()
+                .is_symlink(),
+            "{link}"
+        );
+    }
     // The workspace's lock file, `-C prefer-dynamic` and target directory.
     assert_eq!(
         std::fs::read(krate.join("Cargo.lock")).unwrap(),
@@ -238,6 +244,23 @@ fn the_library_crate_depends_on_the_facade_with_engram_s_settings() {
         manifest["workspace"],
         toml::Value::Table(toml::Table::new())
     );
+    // engram's patched Burn crates, by absolute path (a dependency's [patch] is ignored).
+    let ours_patch = ours["patch"]["crates-io"].as_table().unwrap();
+    let patch = manifest["patch"]["crates-io"].as_table().unwrap();
+    assert_eq!(
+        patch.keys().collect::<Vec<_>>(),
+        ours_patch.keys().collect::<Vec<_>>()
+    );
+    for (name, spec) in ours_patch {
+        let rel = spec["path"].as_str().unwrap();
+        assert_eq!(
+            PathBuf::from(patch[name]["path"].as_str().unwrap())
+                .canonicalize()
+                .unwrap(),
+            root().join(rel).canonicalize().unwrap(),
+            "{name}"
+        );
+    }
     // Its own target directory (not engram's), engram's flags, lock file and build script.
     let config = toml_of(&krate.join(".cargo/config.toml"));
     assert!(config["build"].get("target-dir").is_none());

@@ -121,6 +121,7 @@ impl LibraryPlan {
                 out.push('\n');
             }
         }
+        out.push_str(&patch_table(manifest, self.engram.as_deref())?);
         toml::from_str::<toml::Table>(&out)
             .map_err(|e| Error::Other(format!("the crate's Cargo.toml would be invalid: {e}")))?;
         Ok(out)
@@ -207,4 +208,36 @@ impl LibraryPlan {
         ));
         s
     }
+}
+
+/// The `[patch.crates-io]` table of engram's `manifest` with each patched crate's `path` made
+/// absolute under `engram`'s source tree (`/path/to/engram/…` when it is unknown), so that the
+/// crate builds the same patched Burn as engram does: a `[patch]` of a dependency's manifest is
+/// ignored by cargo. Empty when engram patches nothing.
+///
+/// # Errors
+/// [`Error::Other`] when `manifest` is not TOML.
+fn patch_table(manifest: &str, engram: Option<&std::path::Path>) -> Result<String> {
+    let parsed: toml::Table =
+        toml::from_str(manifest).map_err(|e| Error::Other(format!("engram's Cargo.toml: {e}")))?;
+    let Some(mut patch) = parsed.get("patch").and_then(toml::Value::as_table).cloned() else {
+        return Ok(String::new());
+    };
+    let root = engram.map_or_else(|| PathBuf::from("/path/to/engram"), PathBuf::from);
+    for crates in patch.iter_mut().filter_map(|(_, v)| v.as_table_mut()) {
+        for spec in crates.iter_mut().filter_map(|(_, v)| v.as_table_mut()) {
+            if let Some(rel) = spec.get("path").and_then(toml::Value::as_str) {
+                let abs = root.join(rel).display().to_string();
+                spec.insert("path".into(), toml::Value::String(abs));
+            }
+        }
+    }
+    let mut table = toml::Table::new();
+    table.insert("patch".into(), toml::Value::Table(patch));
+    let text = toml::to_string(&table)
+        .map_err(|e| Error::Other(format!("engram's [patch] table: {e}")))?;
+    Ok(format!(
+        "# The Burn crates engram builds patched (engram's vendor/), so that this crate\n\
+         # computes what engram computes, as fast.\n{text}"
+    ))
 }

@@ -27,6 +27,28 @@ fn remainder_float<T: Float>(a: T, b: T) -> T {
     }
 }
 
+/// `TensorData::random` with the sampler built once instead of once an element.
+///
+/// (engram patch.) `TensorData::random` calls `E::random(distribution, rng)` for each element,
+/// which builds a `DistributionSampler` (a `Bernoulli::new`, a `Uniform::new`...) every time;
+/// a cost on every element of a dropout mask besides the draw itself. Building a sampler
+/// consumes no randomness, so one sampler draws the very same numbers from the same generator:
+/// the tensor is bit for bit the one `TensorData::random` gives. Only for f32 and f64, whose
+/// `ElementRandom` samples the element type itself (f16 and bf16 sample an f32 and convert it:
+/// they keep `TensorData::random`).
+macro_rules! random_data {
+    ($elem:ty, $shape:expr, $distribution:expr, $rng:expr) => {{
+        let shape: Shape = $shape;
+        let n = shape.num_elements();
+        let mut sampler = $distribution.sampler::<_, $elem>($rng);
+        let mut data: Vec<$elem> = Vec::with_capacity(n);
+        for _ in 0..n {
+            data.push(sampler.sample());
+        }
+        TensorData::new(data, shape)
+    }};
+}
+
 impl FloatTensorOps<Flex> for Flex {
     fn float_from_data(data: TensorData, _device: &Device<Flex>) -> FloatTensor<Flex> {
         FlexTensor::from_data(data)
@@ -41,9 +63,9 @@ impl FloatTensorOps<Flex> for Flex {
         let mut seed = crate::backend::SEED.lock();
         let mut rng = seed.take().unwrap_or_else(crate::backend::get_seeded_rng);
         let data = match dtype {
-            FloatDType::F64 => TensorData::random::<f64, _, _>(shape, distribution, &mut rng),
+            FloatDType::F64 => random_data!(f64, shape, distribution, &mut rng),
             FloatDType::F32 | FloatDType::Flex32 => {
-                TensorData::random::<f32, _, _>(shape, distribution, &mut rng)
+                random_data!(f32, shape, distribution, &mut rng)
             }
             FloatDType::F16 => TensorData::random::<f16, _, _>(shape, distribution, &mut rng),
             FloatDType::BF16 => TensorData::random::<bf16, _, _>(shape, distribution, &mut rng),

@@ -301,7 +301,75 @@ where
         (max_val, max_idx)
     };
 
-    let (output, indices) = {
+    // (engram patch.) The 2x2, stride-2 window of a 2-d pooling (no padding, no dilation, floor
+    // mode: every window lies whole inside the plane) takes a loop of its own: two input rows
+    // an output row, the four values compared in the generic loop's order (row by row, left
+    // to right) under its rule (the first value, then any greater one or a NaN), so values
+    // and indices are bit for bit the generic kernel's. The generic kernel computes three
+    // valid ranges and bounds-checks each read, which made it a fifth of a small CNN's step.
+    let window_2x2 = in_d == 1
+        && kernel_size == [1, 2, 2]
+        && stride == [1, 2, 2]
+        && padding == [0, 0, 0]
+        && dilation == [1, 1, 1]
+        && !ceil_mode;
+    let (output, indices) = if window_2x2 {
+        let spatial_in = in_h * in_w;
+        let plane = |bc: usize, out: &mut [T], idx: &mut [i64]| {
+            let x_plane = &x_data[bc * spatial_in..(bc + 1) * spatial_in];
+            for oh in 0..out_h {
+                let top = 2 * oh * in_w;
+                let row0 = &x_plane[top..top + 2 * out_w];
+                let row1 = &x_plane[top + in_w..top + in_w + 2 * out_w];
+                let out_row = &mut out[oh * out_w..(oh + 1) * out_w];
+                let idx_row = &mut idx[oh * out_w..(oh + 1) * out_w];
+                for ow in 0..out_w {
+                    let c = 2 * ow;
+                    let mut max_val = row0[c];
+                    let mut max_idx = top + c;
+                    let v = row0[c + 1];
+                    if v > max_val || v.is_nan() {
+                        max_val = v;
+                        max_idx = top + c + 1;
+                    }
+                    let v = row1[c];
+                    if v > max_val || v.is_nan() {
+                        max_val = v;
+                        max_idx = top + in_w + c;
+                    }
+                    let v = row1[c + 1];
+                    if v > max_val || v.is_nan() {
+                        max_val = v;
+                        max_idx = top + in_w + c + 1;
+                    }
+                    out_row[ow] = max_val;
+                    idx_row[ow] = max_idx as i64;
+                }
+            }
+        };
+        let mut output = vec![neg_inf; batch_size * channels * spatial_out];
+        let mut indices = vec![-1i64; batch_size * channels * spatial_out];
+        if spatial_out > 0 {
+            #[cfg(feature = "rayon")]
+            {
+                use rayon::prelude::*;
+                output
+                    .par_chunks_mut(spatial_out)
+                    .zip(indices.par_chunks_mut(spatial_out))
+                    .enumerate()
+                    .for_each(|(bc, (out, idx))| plane(bc, out, idx));
+            }
+            #[cfg(not(feature = "rayon"))]
+            for (bc, (out, idx)) in output
+                .chunks_mut(spatial_out)
+                .zip(indices.chunks_mut(spatial_out))
+                .enumerate()
+            {
+                plane(bc, out, idx);
+            }
+        }
+        (output, indices)
+    } else {
         #[cfg(feature = "rayon")]
         {
             use rayon::prelude::*;

@@ -233,7 +233,17 @@ impl FlexTensor {
     pub fn empty(shape: Shape, dtype: DType) -> Self {
         let num_elements = shape.num_elements();
         let elem_size = dtype_size(dtype);
-        let bytes = Bytes::from_bytes_vec(alloc::vec![0u8; num_elements * elem_size]);
+        // (engram patch.) `Bytes::from_bytes_vec` of a `Vec<u8>` always reallocates and
+        // copies: a `Vec<u8>` reports alignment 1, below the 16 it enforces. So every output
+        // was zeroed and then copied before a kernel overwrote it. A zeroed vector of an
+        // element as wide as the dtype is allocated aligned for it, as `from_data` tensors
+        // are (`Bytes::from_elems`), and is never copied; the tensor's bytes are the same zeros.
+        let bytes = match elem_size {
+            2 => Bytes::from_elems(alloc::vec![0u16; num_elements]),
+            4 => Bytes::from_elems(alloc::vec![0u32; num_elements]),
+            8 => Bytes::from_elems(alloc::vec![0u64; num_elements]),
+            _ => Bytes::from_bytes_vec(alloc::vec![0u8; num_elements * elem_size]),
+        };
         let layout = Layout::contiguous(shape);
         Self {
             data: Arc::new(bytes),
@@ -801,6 +811,30 @@ fn copy_2d_tiled<E: Copy + Send + Sync>(
     col_stride: isize,
 ) {
     const TILE: usize = 16;
+
+    // (engram patch.) Rows whose columns are contiguous in the source (`col_stride` 1, which
+    // the batched copy hands over for the `[C, N, H·W]` view of an `[N, C, H, W]` tensor that
+    // batch norm and the convolution gradients reshape) are copied a row at a time with one
+    // memcpy each, instead of element by element in 16-wide tiles.
+    if col_stride == 1 && cols > 0 {
+        let copy_row = |row: usize, d: &mut [E]| {
+            let start = (offset + row as isize * row_stride) as usize;
+            d.copy_from_slice(&src[start..start + cols]);
+        };
+        #[cfg(feature = "rayon")]
+        if rows * cols >= COPY_2D_PARALLEL_THRESHOLD {
+            use rayon::prelude::*;
+            dst[..rows * cols]
+                .par_chunks_exact_mut(cols)
+                .enumerate()
+                .for_each(|(row, d)| copy_row(row, d));
+            return;
+        }
+        for (row, d) in dst[..rows * cols].chunks_exact_mut(cols).enumerate() {
+            copy_row(row, d);
+        }
+        return;
+    }
 
     #[cfg(feature = "rayon")]
     if rows * cols >= COPY_2D_PARALLEL_THRESHOLD {

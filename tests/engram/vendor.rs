@@ -1,0 +1,116 @@
+//! vendor/burn-flex's changes compute bit for bit what the published burn-flex 0.22.1 computes
+//! (vendor/README.md). Each test sets a patched kernel beside a path the patch left untouched:
+//! the published `TensorData::random`, the generic max-pool loop, an element-by-element gather.
+
+use engram::core::burn::tensor::ops::MaxPoolOptions;
+use engram::core::burn::tensor::{Device, Distribution, Tensor, TensorData, module};
+use rand_burn::SeedableRng;
+
+/// The backend's `float_random` (one sampler a tensor) draws the very numbers burn-std's
+/// `TensorData::random` (one sampler an element) draws from the same seeded generator: dropout
+/// masks (Bernoulli), uniform and normal initialisations, f32.
+#[test]
+fn random_tensors_are_the_published_draws() {
+    let device = Device::flex();
+    for (i, dist) in [
+        Distribution::Bernoulli(0.9),
+        Distribution::Uniform(-0.5, 2.0),
+        Distribution::Normal(0.1, 3.0),
+        Distribution::Default,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let seed = 40 + i as u64;
+        device.seed(seed);
+        let ours = Tensor::<2>::random([37, 29], dist, &device).into_data();
+        let mut rng = rand_burn::rngs::StdRng::seed_from_u64(seed);
+        let published = TensorData::random::<f32, _, _>([37, 29], dist, &mut rng);
+        let (a, b) = (
+            ours.try_to_vec::<f32>().unwrap(),
+            published.try_to_vec::<f32>().unwrap(),
+        );
+        assert_eq!(a.len(), 37 * 29);
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{dist:?}"
+        );
+        // Not a constant: a Bernoulli(0.9) mask holds both values.
+        assert!(a.iter().any(|&x| x != a[0]), "{dist:?}");
+    }
+}
+
+/// The 2x2, stride-2 max pool's own loop against the generic loop (reached by `ceil_mode` on an
+/// even-sized input, where it gives the same windows): values and argmax indices, on values with
+/// ties (the first of equal values wins) and NaNs (a NaN wins, the last one in the window).
+#[test]
+fn the_2x2_max_pool_is_the_generic_loop() {
+    let device = Device::flex();
+    let (n, c, h, w) = (3, 4, 6, 8);
+    let mut values: Vec<f32> = (0..n * c * h * w)
+        .map(|i| ((i * 7919) % 5) as f32 - 2.0)
+        .collect();
+    // The first plane's second window (x[2], x[3], x[10], x[11]) ties at 3.0, its third holds
+    // one NaN (x[5]), its fourth two (x[6], x[15]).
+    for (i, v) in [(2, 1.0), (3, 3.0), (10, 3.0), (11, 0.0)] {
+        values[i] = v;
+    }
+    for i in [5, 6, 15] {
+        values[i] = f32::NAN;
+    }
+    let x = Tensor::<4>::from_data(TensorData::new(values, [n, c, h, w]), &device);
+    let pool = |ceil| {
+        let (y, idx) = module::max_pool2d_with_indices(
+            x.clone(),
+            MaxPoolOptions::new([2, 2]).with_ceil_mode(ceil),
+        );
+        (y.into_data().try_to_vec::<f32>().unwrap(), idx.into_data())
+    };
+    let (fast, fast_idx) = pool(false);
+    let (generic, generic_idx) = pool(true);
+    assert_eq!(fast.len(), n * c * (h / 2) * (w / 2));
+    assert!(
+        fast.iter()
+            .zip(&generic)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+    );
+    assert_eq!(fast_idx, generic_idx);
+    // By hand, the first plane's first four windows: x[0..2], x[8..10] = -2, 2, 0, -1 gives 2
+    // at 1; the tie gives the first 3.0 (index 3); a NaN wins (index 5); of two NaNs the last
+    // (index 15).
+    let idx = fast_idx.convert::<i64>().try_to_vec::<i64>().unwrap();
+    assert_eq!((fast[0], idx[0]), (2.0, 1));
+    assert_eq!((fast[1], idx[1]), (3.0, 3));
+    assert!(fast[2].is_nan() && idx[2] == 5, "{} at {}", fast[2], idx[2]);
+    assert!(
+        fast[3].is_nan() && idx[3] == 15,
+        "{} at {}",
+        fast[3],
+        idx[3]
+    );
+}
+
+/// A copy of strided rows (the `[C, N, H·W]` view batch norm reshapes) equals an element-by-
+/// element gather of the same view.
+#[test]
+fn strided_rows_copy_as_gathered() {
+    let device = Device::flex();
+    let (n, c, h, w) = (5, 3, 4, 7);
+    let values: Vec<f32> = (0..n * c * h * w).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let x = Tensor::<4>::from_data(TensorData::new(values.clone(), [n, c, h, w]), &device);
+    let got = x
+        .swap_dims(0, 1)
+        .reshape([c, n * h * w])
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let mut want = Vec::with_capacity(values.len());
+    for ci in 0..c {
+        for ni in 0..n {
+            for s in 0..h * w {
+                want.push(values[(ni * c + ci) * h * w + s]);
+            }
+        }
+    }
+    assert_eq!(got, want);
+}
