@@ -2,7 +2,7 @@
 //! full fine-tuning against LoRA and QLoRA (a base held in 4-bit blocks), with and without
 //! segment checkpointing; and the figure `bench/llama-memory.sh` generates from it.
 
-use crate::util::run;
+use crate::util::{run, table_rows};
 use std::path::Path;
 
 /// On the tiny Llama (2 layers × 32, vocabulary 300) with AdamW: the default rows, full
@@ -229,13 +229,4 @@ fn the_llama_equality_figure_is_generated() {
     assert!(rows[2][2].ends_with("same argmax"), "{fig}");
     let script = std::fs::read_to_string(root.join("bench/llama-equality.sh")).unwrap();
     assert!(script.contains("> book/src/figures/llama-equality.md.tmp"));
-}
-
-/// The cells of a Markdown table's body rows in `fig` (every `| ` line but the header, which
-/// starts with `header`, and the `|---` rule), trimmed.
-fn table_rows<'a>(fig: &'a str, header: &str) -> Vec<Vec<&'a str>> {
-    fig.lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with(header))
-        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
-        .collect()
 }

@@ -373,11 +373,16 @@ fn each_task_reports_the_training_steps_own_peak() {
     assert_eq!(m["step_peak_bytes"].as_u64(), step.iter().max().copied());
 }
 
+/// The environment of a run whose measured peaks must not depend on how two threads interleave.
+const ONE_THREAD: &[(&str, &str)] = &[("RAYON_NUM_THREADS", "1")];
+
 /// A memory budget holds on every task of an EWC + replay run: it plans at the first step and
 /// again at each task's start, where replay's rows and EWC's penalty join the step. The budget
 /// lies between the plain step of task 0 and that of task 1 (measured by a first run with a
 /// roomy budget), so task 0 keeps the plain step and task 1 needs a smaller plan; every task's
-/// step peak stays within the budget.
+/// step peak stays within the budget. One thread (`RAYON_NUM_THREADS=1`): with two, parallel
+/// kernels' workspaces sometimes overlap, and under a loaded machine task 0's plain step once
+/// measured above task 1's (11.74 MB against 11.54 MB) although task 1 adds replay's rows.
 #[test]
 fn a_memory_budget_plans_again_at_each_task_and_holds_on_every_task() {
     crate::util::require_fmnist!();
@@ -386,7 +391,7 @@ fn a_memory_budget_plans_again_at_each_task_and_holds_on_every_task() {
     let hidden = "[256, 256, 256, 256]";
     let cfg = ewc_replay_config(d.path(), "roomy.toml", hidden, 1024, 2048, &budget("1 GiB"));
     let roomy = d.path().join("roomy");
-    let (code, msg) = run_quiet(&cfg, &roomy, &[], &[]);
+    let (code, msg) = run_quiet(&cfg, &roomy, &[], ONE_THREAD);
     assert_eq!(code, 0, "{msg}");
     let r = report(&roomy);
     let plans = r["memory"]["strategies"]["budget"]["plans"]
@@ -424,7 +429,7 @@ fn a_memory_budget_plans_again_at_each_task_and_holds_on_every_task() {
         &budget(&tight.to_string()),
     );
     let out = d.path().join("tight");
-    let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
+    let (code, msg) = run_quiet(&cfg, &out, &[], ONE_THREAD);
     assert_eq!(code, 0, "{msg}");
     let t = report(&out);
     let b = &t["memory"]["strategies"]["budget"];
@@ -779,11 +784,7 @@ fn the_bert_throughput_figure_is_generated() {
         ),
         "{fig}"
     );
-    let rows: Vec<Vec<&str>> = fig
-        .lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| threads"))
-        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
-        .collect();
+    let rows = crate::util::table_rows(&fig, "| threads");
     // Full fine-tuning, LoRA on the weight path, LoRA on the activation path: 1 and 2 threads.
     assert_eq!(rows.len(), 6, "{fig}");
     for (row, threads) in rows.iter().zip(["1", "2"].iter().cycle()) {
@@ -839,11 +840,7 @@ fn the_lora_memory_figure_is_generated() {
             ),
             "{s}"
         );
-        let rows: Vec<Vec<&str>> = s
-            .lines()
-            .filter(|l| l.starts_with("| ") && !l.starts_with("| row"))
-            .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
-            .collect();
+        let rows = crate::util::table_rows(s, "| row");
         let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
         assert_eq!(
             names,

@@ -124,3 +124,12 @@ pub fn fmnist_slice(n_train: usize, n_test: usize) -> engram::core::data::Datase
     cut(&mut ds.test, n_test);
     ds
 }
+
+/// The cells of a Markdown table's body rows in `fig` (every `| ` line but the header, which
+/// starts with `header`, and the `|---` rule), trimmed.
+pub fn table_rows<'a>(fig: &'a str, header: &str) -> Vec<Vec<&'a str>> {
+    fig.lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with(header))
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect()
+}
