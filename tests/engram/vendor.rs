@@ -134,6 +134,264 @@ fn strided_rows_copy_as_gathered() {
     assert_eq!(got, want);
 }
 
+/// Values with a spread of magnitudes and signs, so that sums round differently in another order.
+fn spread(len: usize, seed: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| {
+            let k = (i * 7919 + seed * 104_729) % 1009;
+            (k as f32 - 500.0) / 97.0 * if k.is_multiple_of(7) { 31.0 } else { 1.0 }
+        })
+        .collect()
+}
+
+/// Burn's published `ModuleOps::batch_norm_train` and `batch_norm_train_backward` (the trait's
+/// defaults, composed from tensor ops) written out with the same tensor ops: mean and biased
+/// variance over the `[C, N·spatial]` rows, then `((x − μ)/√(σ² + ε))·γ + β`; and the backward's
+/// `∂β = Σg`, `∂γ = Σg·x̂`, `∂x = γ/σ · ((g − ∂β/M) − x̂·∂γ/M)`.
+fn composed_batch_norm<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    beta: Tensor<1>,
+    grad: Tensor<D>,
+    eps: f64,
+) -> [Vec<f32>; 6] {
+    let dims = x.dims();
+    let c = dims[1];
+    let m = x.shape().num_elements() / c;
+    let mut per = [1; D];
+    per[1] = c;
+    let rows = |t: Tensor<D>| t.swap_dims(0, 1).reshape([c, m]);
+    let mean = rows(x.clone()).mean_dim(1).reshape(per);
+    let centered = x.clone() - mean.clone();
+    let var = rows(centered.clone() * centered).mean_dim(1).reshape(per);
+    let std = (var.clone() + eps).sqrt();
+    let out = (x.clone() - mean.clone()) / std * gamma.clone().reshape(per) + beta.reshape(per);
+    let inv_std = (var.clone() + eps).sqrt().recip();
+    let normalized = (x - mean.clone()) * inv_std.clone();
+    let beta_grad = rows(grad.clone()).sum_dim(1);
+    let gamma_grad = rows(grad.clone() * normalized.clone()).sum_dim(1);
+    let mean_grad = rows(grad.clone()).mean_dim(1).reshape(per);
+    let mean_normalized_grad = rows(grad.clone() * normalized.clone())
+        .mean_dim(1)
+        .reshape(per);
+    let x_grad =
+        (gamma.reshape(per) * inv_std) * ((grad - mean_grad) - normalized * mean_normalized_grad);
+    let v = |t: Tensor<D>| t.into_data().try_to_vec::<f32>().unwrap();
+    let v2 = |t: Tensor<2>| t.into_data().try_to_vec::<f32>().unwrap();
+    [
+        v(out),
+        v(mean),
+        v(var),
+        v(x_grad),
+        v2(gamma_grad),
+        v2(beta_grad),
+    ]
+}
+
+/// The one-pass batch normalization (`src/ops/batch_norm.rs`) against Burn's composed default,
+/// bit for bit: the output, the batch statistics, and the gradients of the input, γ and β, for a
+/// 4-d input (the CNN's), a 3-d one and a transposed (non-contiguous) one, at sizes below and
+/// above the kernel's parallel threshold; and the inference path with given statistics.
+#[test]
+fn batch_norm_is_the_composed_default() {
+    let flex = Device::flex();
+    let ad = flex.clone().autodiff();
+    let eps = 1e-5;
+    let cases: [[usize; 4]; 3] = [[5, 3, 4, 7], [64, 16, 6, 7], [3, 2, 1, 1]];
+    for (k, dims) in cases.into_iter().enumerate() {
+        let [n, c, h, w] = dims;
+        let len = n * c * h * w;
+        let x = TensorData::new(spread(len, k), dims);
+        let g = TensorData::new(spread(len, k + 10), dims);
+        let gamma = TensorData::new(spread(c, k + 20), [c]);
+        let beta = TensorData::new(spread(c, k + 30), [c]);
+        let want = composed_batch_norm(
+            Tensor::<4>::from_data(x.clone(), &flex),
+            Tensor::<1>::from_data(gamma.clone(), &flex),
+            Tensor::<1>::from_data(beta.clone(), &flex),
+            Tensor::<4>::from_data(g.clone(), &flex),
+            eps,
+        );
+        let xa = Tensor::<4>::from_data(x.clone(), &ad).require_grad();
+        let ga = Tensor::<1>::from_data(gamma.clone(), &ad).require_grad();
+        let ba = Tensor::<1>::from_data(beta.clone(), &ad).require_grad();
+        let r = module::batch_norm_train(xa.clone(), ga.clone(), ba.clone(), eps);
+        let v = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
+        let v1 = |t: Tensor<1>| t.into_data().try_to_vec::<f32>().unwrap();
+        // d(Σ out·g)/d out = g exactly: the backward sees the same output gradient.
+        let grads = (r.output.clone() * Tensor::<4>::from_data(g.clone(), &ad))
+            .sum()
+            .backward();
+        let got = [
+            v(r.output),
+            v1(r.mean.clone()),
+            v1(r.variance.clone()),
+            v(xa.grad(&grads).unwrap()),
+            v1(ga.grad(&grads).unwrap()),
+            v1(ba.grad(&grads).unwrap()),
+        ];
+        let names = [
+            "output",
+            "mean",
+            "variance",
+            "x grad",
+            "gamma grad",
+            "beta grad",
+        ];
+        for ((name, got), want) in names.iter().zip(&got).zip(&want) {
+            assert_eq!(got.len(), want.len(), "{dims:?} {name}");
+            let same = got
+                .iter()
+                .zip(want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{dims:?} {name}: {:?} vs {:?}", &got[..3], &want[..3]);
+        }
+        // Inference with the batch's statistics gives the training output.
+        let eval = module::batch_norm(
+            Tensor::<4>::from_data(x.clone(), &flex),
+            Tensor::<1>::from_data(gamma.clone(), &flex),
+            Tensor::<1>::from_data(beta.clone(), &flex),
+            Tensor::<1>::from_data(TensorData::new(want[1].clone(), [c]), &flex),
+            Tensor::<1>::from_data(TensorData::new(want[2].clone(), [c]), &flex),
+            eps,
+        );
+        assert_eq!(v(eval), want[0], "{dims:?} inference");
+        // Each channel of the output has mean β (to rounding): the statistics are per channel.
+        let out = &want[0];
+        let beta = beta.try_to_vec::<f32>().unwrap();
+        for (ci, b) in beta.iter().enumerate() {
+            let s: f64 = (0..n)
+                .flat_map(|ni| out[(ni * c + ci) * h * w..][..h * w].iter())
+                .map(|&o| f64::from(o))
+                .sum();
+            let mean = s / (n * h * w) as f64;
+            assert!(
+                (mean - f64::from(*b)).abs() < 1e-3,
+                "{dims:?} channel {ci}: {mean} vs {b}"
+            );
+        }
+    }
+    // A 3-d input given as a transposed view ([N, C, L] from an [N, L, C] tensor).
+    let (n, l, c) = (6, 5, 4);
+    let x = || Tensor::<3>::from_data(TensorData::new(spread(n * l * c, 7), [n, l, c]), &flex);
+    let g = || Tensor::<3>::from_data(TensorData::new(spread(n * l * c, 8), [n, c, l]), &flex);
+    let gamma = || Tensor::<1>::from_data(TensorData::new(spread(c, 9), [c]), &flex);
+    let beta = || Tensor::<1>::from_data(TensorData::new(spread(c, 11), [c]), &flex);
+    let want = composed_batch_norm(x().swap_dims(1, 2), gamma(), beta(), g(), eps);
+    let xa = Tensor::<3>::from_data(x().into_data(), &ad).require_grad();
+    let ga = Tensor::<1>::from_data(gamma().into_data(), &ad).require_grad();
+    let r = module::batch_norm_train(
+        xa.clone().swap_dims(1, 2),
+        ga.clone(),
+        beta().to_device(&ad),
+        eps,
+    );
+    let grads = (r.output.clone() * g().to_device(&ad)).sum().backward();
+    let v3 = |t: Tensor<3>| t.into_data().try_to_vec::<f32>().unwrap();
+    assert_eq!(v3(r.output), want[0]);
+    // The input's gradient comes back in the input's [N, L, C] order.
+    assert_eq!(v3(xa.grad(&grads).unwrap().swap_dims(1, 2)), want[3]);
+    assert_eq!(
+        ga.grad(&grads)
+            .unwrap()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap(),
+        want[4]
+    );
+}
+
+/// The convolution's copies (the weight's and the input's tiled transposes, the im2col rows, the
+/// transposed convolution's row adds) against a direct convolution by hand, on small integers,
+/// where every sum is exact in any order: the forward output and the gradients of the input and
+/// the weight (3 x 3, padding 1), at the CNN's shapes and at shapes that take the generic path.
+#[test]
+fn convolution_copies_against_a_direct_convolution() {
+    use engram::core::burn::tensor::ops::ConvOptions;
+    let flex = Device::flex();
+    let ad = flex.clone().autodiff();
+    let int = |len: usize, seed: usize| -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i * 7919 + seed * 31) % 7) as f32 - 3.0)
+            .collect()
+    };
+    // [batch, in, out, height, width]: the recipe's first and second layers, and a small case
+    // on the generic path in both directions (more than 4 input channels, batch above 4).
+    for [n, ci, co, h, w] in [[8, 1, 16, 10, 10], [24, 16, 32, 14, 14], [5, 6, 5, 6, 7]] {
+        let xs = int(n * ci * h * w, 1);
+        let ws = int(co * ci * 9, 2);
+        let gs = int(n * co * h * w, 3);
+        let x =
+            Tensor::<4>::from_data(TensorData::new(xs.clone(), [n, ci, h, w]), &ad).require_grad();
+        let wt =
+            Tensor::<4>::from_data(TensorData::new(ws.clone(), [co, ci, 3, 3]), &ad).require_grad();
+        let out = module::conv2d(
+            x.clone(),
+            wt.clone(),
+            None,
+            ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
+        );
+        let g = Tensor::<4>::from_data(TensorData::new(gs.clone(), [n, co, h, w]), &ad);
+        let grads = (out.clone() * g).sum().backward();
+        let v = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
+        let (out, dx, dw) = (
+            v(out),
+            v(x.grad(&grads).unwrap()),
+            v(wt.grad(&grads).unwrap()),
+        );
+        let xi = |b: usize, c: usize, y: isize, z: isize| -> f64 {
+            if y < 0 || z < 0 || y >= h as isize || z >= w as isize {
+                0.0
+            } else {
+                f64::from(xs[((b * ci + c) * h + y as usize) * w + z as usize])
+            }
+        };
+        let (mut want_out, mut want_dx, mut want_dw) = (
+            vec![0.0; out.len()],
+            vec![0.0; dx.len()],
+            vec![0.0; dw.len()],
+        );
+        for b in 0..n {
+            for o in 0..co {
+                for y in 0..h {
+                    for z in 0..w {
+                        let gi = f64::from(gs[((b * co + o) * h + y) * w + z]);
+                        let mut acc = 0.0;
+                        for c in 0..ci {
+                            for ky in 0..3 {
+                                for kx in 0..3 {
+                                    let (iy, ix) = (
+                                        y as isize + ky as isize - 1,
+                                        z as isize + kx as isize - 1,
+                                    );
+                                    let wi = (o * ci + c) * 9 + ky * 3 + kx;
+                                    let xv = xi(b, c, iy, ix);
+                                    acc += xv * f64::from(ws[wi]);
+                                    want_dw[wi] += gi * xv;
+                                    if iy >= 0 && ix >= 0 && iy < h as isize && ix < w as isize {
+                                        let xi_ =
+                                            ((b * ci + c) * h + iy as usize) * w + ix as usize;
+                                        want_dx[xi_] += gi * f64::from(ws[wi]);
+                                    }
+                                }
+                            }
+                        }
+                        want_out[((b * co + o) * h + y) * w + z] = acc;
+                    }
+                }
+            }
+        }
+        let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
+        assert_eq!(out, f(want_out), "[{n}, {ci}, {co}, {h}, {w}] output");
+        assert_eq!(dx, f(want_dx), "[{n}, {ci}, {co}, {h}, {w}] input gradient");
+        assert_eq!(
+            dw,
+            f(want_dw),
+            "[{n}, {ci}, {co}, {h}, {w}] weight gradient"
+        );
+    }
+}
+
 /// book/src/figures/vendor-gain.md is `bench/vendor-gain.sh`'s output (a golden file: the
 /// second build against the published crate is not made here): one row per model and thread
 /// count, with both builds' samples/s, the gain that is their ratio, and each round.

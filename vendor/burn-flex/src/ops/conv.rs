@@ -303,16 +303,16 @@ fn conv3d_impl<
     // autovectorize.
     let k_spatial = kernel_d * kernel_h * kernel_w;
     let mut w_flat = vec![zero; channels_out * col_len];
-    for c_out in 0..channels_out {
-        let src_base = c_out * channels_per_group * k_spatial;
-        let dst_base = c_out * col_len;
-        for c_in in 0..channels_per_group {
-            let src_row = src_base + c_in * k_spatial;
-            for k in 0..k_spatial {
-                w_flat[dst_base + k * channels_per_group + c_in] = w_data[src_row + k];
-            }
-        }
-    }
+    // (engram patch.) Each c_out's [c_in, k_spatial] block is transposed in cache-sized tiles:
+    // the element loop wrote with a stride of c_in, which for a weight gradient (computed as a
+    // convolution whose "kernel" is the output gradient, 28 x 28 x 64) was a tenth of a CNN
+    // step. The same copy.
+    transpose_blocks(
+        &w_data[..channels_out * col_len],
+        &mut w_flat,
+        channels_per_group,
+        k_spatial,
+    );
 
     // Convert input to NHWC layout for cache-friendly access in im2col.
     // Loop order (c innermost, spatial outer) is intentional: on aarch64
@@ -326,27 +326,13 @@ fn conv3d_impl<
         1,
     );
     let mut x_nhwc = vec![zero; batch_size * in_d * in_h * in_w * channels_in];
-    for b in 0..batch_size {
-        for d in 0..in_d {
-            for h in 0..in_h {
-                for w in 0..in_w {
-                    for c in 0..channels_in {
-                        let src_idx = b * channels_in * in_d * in_h * in_w
-                            + c * in_d * in_h * in_w
-                            + d * in_h * in_w
-                            + h * in_w
-                            + w;
-                        let dst_idx = b * nhwc_stride.0
-                            + d * nhwc_stride.1
-                            + h * nhwc_stride.2
-                            + w * nhwc_stride.3
-                            + c;
-                        x_nhwc[dst_idx] = x_data[src_idx];
-                    }
-                }
-            }
-        }
-    }
+    // (engram patch.) Each sample's [channels, d·h·w] plane transposed in tiles, as w_flat above.
+    transpose_blocks(
+        &x_data[..x_nhwc.len()],
+        &mut x_nhwc,
+        channels_in,
+        in_d * in_h * in_w,
+    );
 
     // Use tiled parallel execution
     let output = {
@@ -534,6 +520,50 @@ fn conv3d_impl<
     )
 }
 
+/// (engram patch.) Transposes consecutive `[rows, cols]` blocks of `src` into `[cols, rows]`
+/// blocks of `dst` (`dst[b][c][r] = src[b][r][c]`), in 16 x 16 tiles so that both sides stay in
+/// cache, the blocks in parallel when there are many elements.
+fn transpose_blocks<T: bytemuck::Pod + Copy + Send + Sync>(
+    src: &[T],
+    dst: &mut [T],
+    rows: usize,
+    cols: usize,
+) {
+    let block = rows * cols;
+    if block == 0 {
+        return;
+    }
+    assert_eq!(src.len(), dst.len());
+    assert_eq!(src.len() % block, 0);
+    let one = |s: &[T], d: &mut [T]| {
+        const TILE: usize = 16;
+        for r0 in (0..rows).step_by(TILE) {
+            let r1 = (r0 + TILE).min(rows);
+            for c0 in (0..cols).step_by(TILE) {
+                let c1 = (c0 + TILE).min(cols);
+                for c in c0..c1 {
+                    let d_row = &mut d[c * rows + r0..c * rows + r1];
+                    for (r, o) in (r0..r1).zip(d_row.iter_mut()) {
+                        // SAFETY: r < rows and c < cols, so r * cols + c < rows * cols = s.len().
+                        *o = unsafe { *s.get_unchecked(r * cols + c) };
+                    }
+                }
+            }
+        }
+    };
+    #[cfg(feature = "rayon")]
+    if src.len() >= 1 << 16 && src.len() / block > 1 {
+        use rayon::prelude::*;
+        dst.par_chunks_mut(block)
+            .zip(src.par_chunks(block))
+            .for_each(|(d, s)| one(s, d));
+        return;
+    }
+    for (d, s) in dst.chunks_mut(block).zip(src.chunks(block)) {
+        one(s, d);
+    }
+}
+
 /// Build im2col tile for a range of output positions.
 ///
 /// Fills `col_tile` with shape [tile_size, col_len] where each row is a flattened
@@ -596,10 +626,11 @@ fn im2col_3d_tile<T: bytemuck::Pod + Copy>(
                             + ih * nhwc_stride.2
                             + iw * nhwc_stride.3
                             + in_c_start;
-                        for c in 0..channels_per_group {
-                            col_tile[local_idx * col_len + col_offset] = x_nhwc[inp_base + c];
-                            col_offset += 1;
-                        }
+                        // (engram patch.) One slice copy instead of an indexed loop.
+                        let dst = local_idx * col_len + col_offset;
+                        col_tile[dst..dst + channels_per_group]
+                            .copy_from_slice(&x_nhwc[inp_base..inp_base + channels_per_group]);
+                        col_offset += channels_per_group;
                     } else {
                         // Padding: skip channels_per_group positions (already zero)
                         col_offset += channels_per_group;

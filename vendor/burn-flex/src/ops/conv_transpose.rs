@@ -446,6 +446,21 @@ fn conv_transpose3d_impl<
                                         } else {
                                             (iw_start, iw_end)
                                         };
+                                        // (engram patch.) At stride 1 the row is a slice
+                                        // added to a slice: the same additions, vectorised.
+                                        if stride_w == 1 && iw_start < iw_end {
+                                            let len = iw_end - iw_start;
+                                            let s = col_base + in_h_base + iw_start - tile_start;
+                                            let o = out_ch_base + out_h_base + iw_start
+                                                + kw * dilation_w
+                                                - pad_w;
+                                            let src = &columns[s..s + len];
+                                            let dst = &mut channel_output[o..o + len];
+                                            for (d, &v) in dst.iter_mut().zip(src) {
+                                                *d = T::add(*d, v);
+                                            }
+                                            continue;
+                                        }
                                         for iw in iw_start..iw_end {
                                             let ow = iw * stride_w + kw * dilation_w - pad_w;
                                             let s = in_h_base + iw - tile_start;

@@ -90,6 +90,8 @@ pub(crate) fn float_storage_as_f32(tensor: &FlexTensor) -> Cow<'_, [f32]> {
 
 pub mod activation;
 pub mod attention;
+// (engram patch.) Batch normalization in one pass a channel (batch_norm.rs).
+pub mod batch_norm;
 pub mod binary;
 mod bool;
 pub mod cat;

@@ -743,6 +743,46 @@ impl ModuleOps<Flex> for Flex {
         )
     }
 
+    // (engram patch.) The defaults compose batch normalization from tensor ops that copy the
+    // whole tensor for each statistic; batch_norm.rs computes the same bits in one pass.
+    fn batch_norm(
+        x: FloatTensor<Flex>,
+        gamma: FloatTensor<Flex>,
+        beta: FloatTensor<Flex>,
+        mean: FloatTensor<Flex>,
+        variance: FloatTensor<Flex>,
+        epsilon: f64,
+    ) -> FloatTensor<Flex> {
+        crate::ops::batch_norm::batch_norm(x, gamma, beta, mean, variance, epsilon)
+    }
+
+    fn batch_norm_train(
+        x: FloatTensor<Flex>,
+        gamma: FloatTensor<Flex>,
+        beta: FloatTensor<Flex>,
+        epsilon: f64,
+    ) -> burn_backend::ops::BatchNormTrain<Flex> {
+        crate::ops::batch_norm::batch_norm_train(x, gamma, beta, epsilon)
+    }
+
+    fn batch_norm_train_backward(
+        x: FloatTensor<Flex>,
+        gamma: FloatTensor<Flex>,
+        mean: FloatTensor<Flex>,
+        variance: FloatTensor<Flex>,
+        epsilon: f64,
+        output_grad: FloatTensor<Flex>,
+    ) -> burn_backend::ops::BatchNormTrainBackward<Flex> {
+        crate::ops::batch_norm::batch_norm_train_backward(
+            x,
+            gamma,
+            mean,
+            variance,
+            epsilon,
+            output_grad,
+        )
+    }
+
     fn layer_norm(
         tensor: FloatTensor<Flex>,
         gamma: FloatTensor<Flex>,
