@@ -62,7 +62,7 @@ def table(r):
               f"{'–' if ratio is None else f'{ratio:.2f}×'} | {mib(row['engram_peak_rss_bytes'])} | "
               f"{mib(row['torch_peak_rss_bytes'])} | {each} |")
 table(r)
-print("\nThe issue's reference on this machine, quiet: `transformers` 5.6 / 12.2 sequences/s at "
+print("\nThe text issue's reference, measured on the AMD EPYC it was filed on (quiet): `transformers` 5.6 / 12.2 sequences/s at "
       "1 / 2 threads, peak RSS 1,744 / 1,766 MiB.")
 peft = next((x["torch"].get("peft") for row in lora["rows"] for x in row["rounds"] if x.get("torch")), None)
 print(f"\nLoRA, `{lora_cmd}`: rank 8, alpha 16 on every layer's query and value, the base frozen "
@@ -75,7 +75,7 @@ print(f"\nThe same LoRA on engram's activation path (`lora` with `path = \"activ
       f"`W₀ + (α/r)·A·B` inside the weight), `{act_cmd}`; load average "
       f"{' '.join(f'{x:.2f}' for x in (act.get('load_average_before') or []))} before:\n")
 table(act)
-print("\nThe adapter issue's reference on this machine: PEFT LoRA 8.4 / 14.0 sequences/s at 1 / 2 "
+print("\nThe adapter issue's reference, measured on that AMD EPYC: PEFT LoRA 8.4 / 14.0 sequences/s at 1 / 2 "
       "threads (SGD).")
 EOF
 mv book/src/figures/bert-throughput.md.tmp book/src/figures/bert-throughput.md
