@@ -33,11 +33,17 @@ use rayon::prelude::*;
 #[cfg(feature = "rayon")]
 const PARALLEL_ELEMENTS: usize = 1 << 15;
 
-/// The f32 values of `t` in logical (row-major) order, borrowed when already contiguous.
+/// `t` made contiguous (an `Arc` clone when it already is) and its storage's `start..end`.
 fn values(t: &FlexTensor) -> (FlexTensor, usize, usize) {
     let t = t.to_contiguous();
     let (start, end) = t.layout().contiguous_offsets().expect("contiguous");
     (t, start, end)
+}
+
+/// The `[channels]` values of a per-channel tensor.
+fn channel_values(t: &FlexTensor) -> Vec<f32> {
+    let (t, a, b) = values(t);
+    t.storage::<f32>()[a..b].to_vec()
 }
 
 /// The sum `sum_dim` computes for one contiguous row (`reduce_last_dim_f32`).
@@ -73,11 +79,7 @@ fn per_channel<T: Send>(channels: usize, elements: usize, f: impl Fn(usize) -> T
 }
 
 /// Fills `out` (`[batch, channels·spatial]`) sample by sample with `f(sample_in, sample_out)`.
-fn per_sample(
-    out: &mut [f32],
-    sample: usize,
-    f: impl Fn(usize, &mut [f32]) + Sync,
-) {
+fn per_sample(out: &mut [f32], sample: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     #[cfg(feature = "rayon")]
     if out.len() >= PARALLEL_ELEMENTS {
         out.par_chunks_mut(sample)
@@ -90,24 +92,19 @@ fn per_sample(
     }
 }
 
-/// Copies channel `c` of every sample into `row` (`[batch·spatial]`), mapped through `f`.
-fn gather(
-    data: &[f32],
-    (n, c, s): (usize, usize, usize),
-    ch: usize,
-    row: &mut [f32],
-    f: impl Fn(usize, f32) -> f32,
-) {
+/// Copies channel `ch` of every sample into `row` (`[batch·spatial]`).
+fn gather(data: &[f32], (n, c, s): (usize, usize, usize), ch: usize, row: &mut [f32]) {
     for b in 0..n {
-        let src = &data[(b * c + ch) * s..][..s];
-        for (j, (o, &v)) in row[b * s..][..s].iter_mut().zip(src).enumerate() {
-            *o = f(b * s + j, v);
-        }
+        row[b * s..][..s].copy_from_slice(&data[(b * c + ch) * s..][..s]);
     }
 }
 
 fn f32_tensor(data: Vec<f32>, shape: Shape) -> FlexTensor {
-    FlexTensor::new(Bytes::from_elems(data), Layout::contiguous(shape), DType::F32)
+    FlexTensor::new(
+        Bytes::from_elems(data),
+        Layout::contiguous(shape),
+        DType::F32,
+    )
 }
 
 fn is_f32(tensors: &[&FlexTensor]) -> bool {
@@ -131,19 +128,42 @@ pub fn batch_norm(
     let shape = x.shape();
     let (n, c, s) = dims(&shape);
     let eps = epsilon as f32;
-    let per = |t: &FlexTensor| {
-        let (t, a, b) = values(t);
-        t.storage::<f32>()[a..b].to_vec()
-    };
-    let (gamma, beta, mean, variance) = (per(&gamma), per(&beta), per(&mean), per(&variance));
-    let std: Vec<f32> = variance.iter().map(|&v| (v + eps).sqrt()).collect();
+    let (gamma, beta, mean, variance) = (
+        channel_values(&gamma),
+        channel_values(&beta),
+        channel_values(&mean),
+        channel_values(&variance),
+    );
     let (x, a, b) = values(&x);
-    let data = &x.storage::<f32>()[a..b];
+    let out = normalized(
+        &x.storage::<f32>()[a..b],
+        (n, c, s),
+        &mean,
+        &variance,
+        &gamma,
+        &beta,
+        eps,
+    );
+    f32_tensor(out, shape)
+}
+
+/// `[batch, channels·spatial]` output of `normalize` over every sample, with `std = √(var + ε)`
+/// (the defaults' `sqrt(add_scalar(variance, ε))`).
+fn normalized(
+    data: &[f32],
+    (n, c, s): (usize, usize, usize),
+    mean: &[f32],
+    variance: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    eps: f32,
+) -> Vec<f32> {
+    let std: Vec<f32> = variance.iter().map(|&v| (v + eps).sqrt()).collect();
     let mut out = vec![0.0f32; n * c * s];
     per_sample(&mut out, c * s, |i, o| {
-        normalize(&data[i * c * s..][..c * s], o, s, &mean, &std, &gamma, &beta)
+        normalize(&data[i * c * s..][..c * s], o, s, mean, &std, gamma, beta)
     });
-    f32_tensor(out, shape)
+    out
 }
 
 /// One sample's `[channels·spatial]`: `((x − mean) / std) · γ + β`, the defaults' four ops.
@@ -183,7 +203,7 @@ pub fn batch_norm_train(
     // mean = Σx / M; variance = Σ(x − mean)² / M, each sum over the channel's row.
     let stats = per_channel(c, data.len(), |ch| {
         let mut row = vec![0.0f32; n * s];
-        gather(data, (n, c, s), ch, &mut row, |_, v| v);
+        gather(data, (n, c, s), ch, &mut row);
         let mean = row_sum(&row) / count;
         for v in row.iter_mut() {
             let d = *v - mean;
@@ -193,16 +213,17 @@ pub fn batch_norm_train(
     });
     let mean: Vec<f32> = stats.iter().map(|s| s.0).collect();
     let variance: Vec<f32> = stats.iter().map(|s| s.1).collect();
-    let output = batch_norm(
-        xt,
-        gamma,
-        beta,
-        f32_tensor(mean.clone(), Shape::new([c])),
-        f32_tensor(variance.clone(), Shape::new([c])),
-        epsilon,
+    let out = normalized(
+        data,
+        (n, c, s),
+        &mean,
+        &variance,
+        &channel_values(&gamma),
+        &channel_values(&beta),
+        epsilon as f32,
     );
     BatchNormTrain::new(
-        output,
+        f32_tensor(out, shape),
         f32_tensor(mean, Shape::new([c])),
         f32_tensor(variance, Shape::new([c])),
     )
@@ -220,24 +241,17 @@ pub fn batch_norm_train_backward(
     output_grad: FlexTensor,
 ) -> BatchNormTrainBackward<Flex> {
     if !is_f32(&[&x, &gamma, &mean, &variance, &output_grad]) {
-        return composed_batch_norm_train_backward(
-            x,
-            gamma,
-            mean,
-            variance,
-            epsilon,
-            output_grad,
-        );
+        return composed_batch_norm_train_backward(x, gamma, mean, variance, epsilon, output_grad);
     }
     let shape = x.shape();
     let (n, c, s) = dims(&shape);
     let count = (n * s) as f32;
     let eps = epsilon as f32;
-    let per = |t: &FlexTensor| {
-        let (t, a, b) = values(t);
-        t.storage::<f32>()[a..b].to_vec()
-    };
-    let (gamma, mean, variance) = (per(&gamma), per(&mean), per(&variance));
+    let (gamma, mean, variance) = (
+        channel_values(&gamma),
+        channel_values(&mean),
+        channel_values(&variance),
+    );
     let inv_std: Vec<f32> = variance.iter().map(|&v| 1.0 / (v + eps).sqrt()).collect();
     let (xt, a, b) = values(&x);
     let xs = &xt.storage::<f32>()[a..b];
@@ -245,10 +259,10 @@ pub fn batch_norm_train_backward(
     let gs = &gt.storage::<f32>()[a..b];
     let sums = per_channel(c, xs.len(), |ch| {
         let mut row = vec![0.0f32; n * s];
-        gather(gs, (n, c, s), ch, &mut row, |_, g| g);
+        gather(gs, (n, c, s), ch, &mut row);
         let beta_grad = row_sum(&row);
         let (m, r) = (mean[ch], inv_std[ch]);
-        gather(xs, (n, c, s), ch, &mut row, |_, v| v);
+        gather(xs, (n, c, s), ch, &mut row);
         let mut k = 0;
         for b in 0..n {
             let g = &gs[(b * c + ch) * s..][..s];
@@ -272,7 +286,10 @@ pub fn batch_norm_train_backward(
             let (m, r) = (mean[ch], inv_std[ch]);
             let (mg, mn, sc) = (mean_grad[ch], mean_normalized_grad[ch], scale[ch]);
             let range = ch * s..(ch + 1) * s;
-            for ((o, &v), &gv) in o[range.clone()].iter_mut().zip(&x[range.clone()]).zip(&g[range])
+            for ((o, &v), &gv) in o[range.clone()]
+                .iter_mut()
+                .zip(&x[range.clone()])
+                .zip(&g[range])
             {
                 let normalized = (v - m) * r;
                 *o = sc * ((gv - mg) - normalized * mn);

@@ -297,10 +297,7 @@ fn conv3d_impl<
     let num_tiles = spatial_out.div_ceil(TILE_SIZE);
 
     // Flatten kernel [c_out, c_in, kd, kh, kw] -> [c_out, kd, kh, kw, c_in]
-    // for GEMM. Expressed as a 2D transpose of (c_in, k_spatial) per c_out
-    // so the compiler can unroll the k_spatial inner loop; the older 5-
-    // nested formulation had a 10-term index expression LLVM wouldn't
-    // autovectorize.
+    // for GEMM: a 2D transpose of (c_in, k_spatial) per c_out.
     let k_spatial = kernel_d * kernel_h * kernel_w;
     let mut w_flat = vec![zero; channels_out * col_len];
     // (engram patch.) Each c_out's [c_in, k_spatial] block is transposed in cache-sized tiles:
@@ -315,9 +312,6 @@ fn conv3d_impl<
     );
 
     // Convert input to NHWC layout for cache-friendly access in im2col.
-    // Loop order (c innermost, spatial outer) is intentional: on aarch64
-    // M3 Max, strided loads + contiguous stores beat the inverse by
-    // 10-35% per layer. Load prefetchers outrun the store write buffer.
     let nhwc_stride = (
         in_d * in_h * in_w * channels_in,
         in_h * in_w * channels_in,
