@@ -6,8 +6,9 @@
 # threads, three rounds, medians, on each model engram ships: the MLP 784-400-400-10 (batch 128),
 # the recipe CNN (batch 64), the ViT (8 x 128, batch 128) and BERT in MiniLM's geometry (random
 # init, batch 16 x 128 tokens, dropout 0.1). About 12 minutes after the build; run it on a quiet
-# machine, after `cargo build --release --workspace`. The patches are exact (vendor/README.md), so
-# both binaries compute the same numbers: only the time differs.
+# machine, after `cargo build --release --workspace`. The patches are exact (vendor/README.md) but for
+# the conv2d weight gradient, which sums in another order: the CNN's numbers differ in the last
+# bits between the two binaries, the others' only in time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

@@ -114,7 +114,12 @@ fn final_row(config: &Path, out: &Path) -> (Vec<f64>, f64) {
 /// AVX-512 kernels; a CPU without it runs the AVX2 kernels, whose sums round differently, and
 /// over 5 tasks of 1 epoch that moves a chaotic run (EWC at λ 1000, the CNN's first task) by
 /// more than the tolerance. `avx2` is what the same code gives there: measured with the suites'
-/// own commit (cf392f8) on an AMD EPYC without AVX-512, and equal to what HEAD gives.
+/// own commit (cf392f8) on an AMD EPYC without AVX-512, and equal to what HEAD gives. The CNN's
+/// `avx2` moved with the conv2d weight gradient (vendor/README.md) and was measured on an
+/// AVX-512 Intel Xeon with a build whose `burn` dependency drops the `x86-v4` feature (gemm's
+/// AVX2 kernels; flex's own SIMD still picks AVX-512 at run time): that build gives the MLP
+/// recipe's `avx2` pin within the tolerance (task 1 off by 0.018, ACC by 0.003), not to the
+/// digit, so remeasure it on a CPU without AVX-512 when one is at hand.
 struct Pin {
     suite: &'static str,
     config: &'static str,
@@ -175,9 +180,9 @@ const PINS: [Pin; 4] = [
         suite: "suite-cnn",
         config: "examples/cnn/split-fmnist-replay.toml",
         cell: "split-fmnist-replay_stream-split",
-        row: Some([0.8515, 0.8345, 0.8855, 0.772, 0.95]),
-        acc: 0.8587,
-        avx2: (Some([0.797, 0.7975, 0.8845, 0.7925, 0.9525]), 0.8448),
+        row: Some([0.8325, 0.803, 0.8765, 0.7955, 0.9435]),
+        acc: 0.8502,
+        avx2: (Some([0.8065, 0.814, 0.881, 0.7955, 0.9555]), 0.8505),
     },
 ];
 

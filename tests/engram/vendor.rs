@@ -1,6 +1,8 @@
 //! vendor/burn-flex's changes compute bit for bit what the published burn-flex 0.22.1 computes
 //! (vendor/README.md). Each test sets a patched kernel beside a path the patch left untouched:
 //! the published `TensorData::random`, the generic max-pool loop, an element-by-element gather.
+//! The one change that sums in another order, the conv2d weight gradient, is checked against a
+//! gradient summed by hand on integer-valued inputs, where every order gives the same sum.
 
 use engram::core::burn::tensor::ops::MaxPoolOptions;
 use engram::core::burn::tensor::{Device, Distribution, Tensor, TensorData, module};
@@ -247,15 +249,24 @@ fn batch_norm_is_the_composed_default() {
             assert!(same, "{dims:?} {name}: {:?} vs {:?}", &got[..3], &want[..3]);
         }
         // Inference with the batch's statistics gives the training output.
-        let eval = module::batch_norm(
-            Tensor::<4>::from_data(x.clone(), &flex),
-            Tensor::<1>::from_data(gamma.clone(), &flex),
-            Tensor::<1>::from_data(beta.clone(), &flex),
-            Tensor::<1>::from_data(TensorData::new(want[1].clone(), [c]), &flex),
-            Tensor::<1>::from_data(TensorData::new(want[2].clone(), [c]), &flex),
-            eps,
-        );
+        let infer = |input: Tensor<4>| {
+            module::batch_norm(
+                input,
+                Tensor::<1>::from_data(gamma.clone(), &flex),
+                Tensor::<1>::from_data(beta.clone(), &flex),
+                Tensor::<1>::from_data(TensorData::new(want[1].clone(), [c]), &flex),
+                Tensor::<1>::from_data(TensorData::new(want[2].clone(), [c]), &flex),
+                eps,
+            )
+        };
+        let eval = infer(Tensor::<4>::from_data(x.clone(), &flex));
         assert_eq!(v(eval), want[0], "{dims:?} inference");
+        // That input had no other handle, so it was normalized in place; a shared one is left
+        // as it was and the output is a new tensor with the same values.
+        let shared = Tensor::<4>::from_data(x.clone(), &flex);
+        assert_eq!(v(infer(shared.clone())), want[0], "{dims:?} shared input");
+        let kept = x.try_to_vec::<f32>().unwrap();
+        assert_eq!(v(shared), kept, "{dims:?} input kept");
         // Each channel of the output has mean β (to rounding): the statistics are per channel.
         let out = &want[0];
         let beta = beta.try_to_vec::<f32>().unwrap();
@@ -388,6 +399,82 @@ fn convolution_copies_against_a_direct_convolution() {
             dw,
             f(want_dw),
             "[{n}, {ci}, {co}, {h}, {w}] weight gradient"
+        );
+    }
+}
+
+/// conv2d's weight gradient (one GEMM a sample) against the definition by hand, on small
+/// integers (exact sums): `∂W[o][c][ky][kx] = Σ_{n,oy,ox} ∂Y[n][o][oy][ox] · x[n][g·C_in/groups + c]
+/// [oy·s_h + ky·d_h − p_h][ox·s_w + kx·d_w − p_w]`, with groups, strides, dilations and padding,
+/// and batches below, at and above the 8-sample chunk, and at the recipe CNN's layer shapes.
+#[test]
+fn conv_weight_gradient_by_hand() {
+    use engram::core::burn::tensor::ops::ConvOptions;
+    let ad = Device::flex().autodiff();
+    let int = |len: usize, seed: usize| -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i * 7919 + seed * 31) % 7) as f32 - 3.0)
+            .collect()
+    };
+    // [n, c_in, c_out, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups]
+    let cases = [
+        [3, 4, 6, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1],
+        [9, 4, 6, 8, 7, 3, 2, 2, 1, 1, 0, 1, 2, 2],
+        [17, 6, 3, 6, 9, 2, 3, 1, 2, 0, 2, 2, 1, 3],
+        // The recipe CNN's two layers (3 × 3, padding 1) at 28 × 28 and 14 × 14.
+        [10, 1, 16, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1, 1],
+        [20, 16, 32, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 1],
+    ];
+    for [n, ci, co, h, w, kh, kw, sh, sw, ph, pw, dh, dw, groups] in cases {
+        let (cig, cog) = (ci / groups, co / groups);
+        let oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
+        let ow = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+        let xs = int(n * ci * h * w, 1);
+        let ws = int(co * cig * kh * kw, 2);
+        let gs = int(n * co * oh * ow, 3);
+        let x = Tensor::<4>::from_data(TensorData::new(xs.clone(), [n, ci, h, w]), &ad);
+        let wt = Tensor::<4>::from_data(TensorData::new(ws, [co, cig, kh, kw]), &ad).require_grad();
+        let options = ConvOptions::new([sh, sw], [ph, pw], [dh, dw], groups);
+        let out = module::conv2d(x, wt.clone(), None, options);
+        assert_eq!(out.dims(), [n, co, oh, ow]);
+        let g = Tensor::<4>::from_data(TensorData::new(gs.clone(), [n, co, oh, ow]), &ad);
+        let grads = (out * g).sum().backward();
+        let got = wt
+            .grad(&grads)
+            .unwrap()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let mut want = vec![0.0f64; co * cig * kh * kw];
+        for b in 0..n {
+            for o in 0..co {
+                let gi = o / cog;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let gv = f64::from(gs[((b * co + o) * oh + oy) * ow + ox]);
+                        for c in 0..cig {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                                    let ix = (ox * sw + kx * dw) as isize - pw as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                        continue;
+                                    }
+                                    let xc = gi * cig + c;
+                                    let xv =
+                                        xs[((b * ci + xc) * h + iy as usize) * w + ix as usize];
+                                    want[((o * cig + c) * kh + ky) * kw + kx] += gv * f64::from(xv);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let want: Vec<f32> = want.into_iter().map(|v| v as f32).collect();
+        assert_eq!(
+            got, want,
+            "n {n}, groups {groups}, stride [{sh}, {sw}], dilation [{dh}, {dw}]"
         );
     }
 }

@@ -134,6 +134,16 @@ pub fn batch_norm(
         channel_values(&mean),
         channel_values(&variance),
     );
+    let mut x = x;
+    if x.is_unique() && x.layout().is_contiguous() && x.layout().start_offset() == 0 {
+        // Inference holds no other reference to its input: normalize it where it lies, as the
+        // defaults' in-place elementwise ops do, so the peak holds one activation, not two.
+        let std = std_of(&variance, eps);
+        per_sample(&mut x.storage_mut::<f32>()[..n * c * s], c * s, |_, v| {
+            normalize_in_place(v, s, &mean, &std, &gamma, &beta)
+        });
+        return x;
+    }
     let (x, a, b) = values(&x);
     let out = normalized(
         &x.storage::<f32>()[a..b],
@@ -147,6 +157,28 @@ pub fn batch_norm(
     f32_tensor(out, shape)
 }
 
+/// `√(var + ε)` a channel (the defaults' `sqrt(add_scalar(variance, ε))`).
+fn std_of(variance: &[f32], eps: f32) -> Vec<f32> {
+    variance.iter().map(|&v| (v + eps).sqrt()).collect()
+}
+
+/// [`normalize`] of one sample's `[channels·spatial]` in place.
+fn normalize_in_place(
+    x: &mut [f32],
+    s: usize,
+    mean: &[f32],
+    std: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+) {
+    for (ch, xs) in x.chunks_mut(s).enumerate() {
+        let (m, d, g, b) = (mean[ch], std[ch], gamma[ch], beta[ch]);
+        for v in xs {
+            *v = ((*v - m) / d) * g + b;
+        }
+    }
+}
+
 /// `[batch, channels·spatial]` output of `normalize` over every sample, with `std = √(var + ε)`
 /// (the defaults' `sqrt(add_scalar(variance, ε))`).
 fn normalized(
@@ -158,7 +190,7 @@ fn normalized(
     beta: &[f32],
     eps: f32,
 ) -> Vec<f32> {
-    let std: Vec<f32> = variance.iter().map(|&v| (v + eps).sqrt()).collect();
+    let std = std_of(variance, eps);
     let mut out = vec![0.0f32; n * c * s];
     per_sample(&mut out, c * s, |i, o| {
         normalize(&data[i * c * s..][..c * s], o, s, mean, &std, gamma, beta)

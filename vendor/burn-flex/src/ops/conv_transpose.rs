@@ -451,7 +451,9 @@ fn conv_transpose3d_impl<
                                         if stride_w == 1 && iw_start < iw_end {
                                             let len = iw_end - iw_start;
                                             let s = col_base + in_h_base + iw_start - tile_start;
-                                            let o = out_ch_base + out_h_base + iw_start
+                                            let o = out_ch_base
+                                                + out_h_base
+                                                + iw_start
                                                 + kw * dilation_w
                                                 - pad_w;
                                             let src = &columns[s..s + len];

@@ -100,6 +100,8 @@ pub mod comparison;
 mod conv_common;
 pub mod conv;
 pub mod conv_transpose;
+// (engram patch.) conv2d's weight gradient per sample (conv_weight_grad.rs).
+pub mod conv_weight_grad;
 pub mod cumulative;
 pub mod deform_conv;
 pub mod expand;

@@ -245,6 +245,15 @@ impl ModuleOps<Flex> for Flex {
         DeformConv2dBackward::new(x_grad, offset_grad, weight_grad, mask_grad, bias_grad)
     }
 
+    fn conv2d_weight_backward(
+        x: FloatTensor<Flex>,
+        weight: FloatTensor<Flex>,
+        output_grad: FloatTensor<Flex>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Flex> {
+        crate::ops::conv_weight_grad::conv2d_weight_backward(x, weight, output_grad, options)
+    }
+
     fn conv3d(
         x: FloatTensor<Flex>,
         weight: FloatTensor<Flex>,
