@@ -174,7 +174,7 @@ fn normalize_in_place(
     for (ch, xs) in x.chunks_mut(s).enumerate() {
         let (m, d, g, b) = (mean[ch], std[ch], gamma[ch], beta[ch]);
         for v in xs {
-            *v = ((*v - m) / d) * g + b;
+            *v = affine(*v, m, d, g, b);
         }
     }
 }
@@ -211,9 +211,16 @@ fn normalize(
     for (ch, (xs, os)) in x.chunks(s).zip(out.chunks_mut(s)).enumerate() {
         let (m, d, g, b) = (mean[ch], std[ch], gamma[ch], beta[ch]);
         for (o, &v) in os.iter_mut().zip(xs) {
-            *o = ((v - m) / d) * g + b;
+            *o = affine(v, m, d, g, b);
         }
     }
+}
+
+/// `((v − mean) / std) · γ + β`: the defaults' sub, div, mul and add, in their order (the one
+/// place the formula is written, for [`normalize`] and [`normalize_in_place`]).
+#[inline(always)]
+fn affine(v: f32, mean: f32, std: f32, gamma: f32, beta: f32) -> f32 {
+    ((v - mean) / std) * gamma + beta
 }
 
 /// `ModuleOps::batch_norm_train`: the batch's mean and biased variance a channel, and the
