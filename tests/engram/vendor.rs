@@ -479,6 +479,74 @@ fn conv_weight_gradient_by_hand() {
     }
 }
 
+/// Elementwise ops split across rayon's pool (vendor/burn-flex/src/par.rs) compute what one
+/// thread computes, bit for bit: the in-place and the allocating paths of the binary, scalar and
+/// unary kernels on a tensor above the split threshold (32,768 elements) whose length is no
+/// multiple of a SIMD vector, in pools of 1, 2 and 3 threads; and the sums and products against
+/// a loop written here, so that a chunk left out or written twice shows.
+#[test]
+fn elementwise_ops_split_across_threads_as_one_thread() {
+    const N: usize = 100_003;
+    let a = spread(N, 1);
+    let b: Vec<f32> = spread(N, 2).iter().map(|x| x * 0.37 + 0.01).collect();
+    let run = |threads: usize| -> Vec<Vec<f32>> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let device = Device::flex();
+            let t = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [N]), &device);
+            let (ta, tb) = (t(&a), t(&b));
+            let outs = [
+                // the SIMD in-place kernels: lhs unique, then lhs shared and rhs unique
+                t(&a) + tb.clone(),
+                ta.clone() - t(&b),
+                t(&a) * tb.clone(),
+                ta.clone() / t(&b),
+                // both shared: the allocating loop
+                ta.clone() + tb.clone(),
+                // scalar ops in place and allocating (SGD's momentum and learning rate)
+                t(&a).mul_scalar(0.9),
+                ta.clone().mul_scalar(0.05),
+                ta.clone().add_scalar(1.5),
+                // unary ops in place and allocating; relu's backward is a binary closure
+                t(&b).exp(),
+                tb.clone().exp(),
+                ta.clone().tanh(),
+                module_relu(ta.clone()),
+            ];
+            outs.into_iter()
+                .map(|o| o.into_data().try_to_vec::<f32>().unwrap())
+                .collect()
+        })
+    };
+    let one = run(1);
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(one[0][i].to_bits(), (x + y).to_bits(), "a + b at {i}");
+        assert_eq!(one[2][i].to_bits(), (x * y).to_bits(), "a * b at {i}");
+        assert_eq!(
+            one[4][i].to_bits(),
+            (x + y).to_bits(),
+            "shared a + b at {i}"
+        );
+        assert_eq!(one[5][i].to_bits(), (x * 0.9).to_bits(), "a * 0.9 at {i}");
+        assert_eq!(one[6][i].to_bits(), (x * 0.05).to_bits(), "a * 0.05 at {i}");
+    }
+    for threads in [2, 3] {
+        let many = run(threads);
+        for (k, (o, m)) in one.iter().zip(&many).enumerate() {
+            assert_eq!(o.len(), N);
+            assert_eq!(digest(o), digest(m), "op {k} at {threads} threads");
+        }
+    }
+}
+
+/// ReLU through Burn's activation (flex's unary closure).
+fn module_relu(x: Tensor<1>) -> Tensor<1> {
+    engram::core::burn::tensor::activation::relu(x)
+}
+
 /// book/src/figures/vendor-gain.md is `bench/vendor-gain.sh`'s output (a golden file: the
 /// second build against the published crate is not made here): one row per model and thread
 /// count, with both builds' samples/s, the gain that is their ratio, and each round.

@@ -31,6 +31,8 @@ compile_error!(
 
 mod backend;
 mod layout;
+// (engram patch.) Elementwise loops split across rayon's pool.
+mod par;
 mod qtensor;
 mod strided_index;
 mod tensor;

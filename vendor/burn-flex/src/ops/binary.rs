@@ -35,8 +35,8 @@ pub fn binary_op<F32Op, F64Op>(
     simd_hint: Option<BinaryOp>,
 ) -> FlexTensor
 where
-    F32Op: Fn(f32, f32) -> f32 + Copy,
-    F64Op: Fn(f64, f64) -> f64 + Copy,
+    F32Op: Fn(f32, f32) -> f32 + Copy + Sync + Send,
+    F64Op: Fn(f64, f64) -> f64 + Copy + Sync + Send,
 {
     debug_assert_eq!(lhs.dtype(), rhs.dtype(), "binary_op: dtype mismatch");
 
@@ -67,7 +67,7 @@ fn binary_op_f32<Op>(
     simd_hint: Option<BinaryOp>,
 ) -> FlexTensor
 where
-    Op: Fn(f32, f32) -> f32,
+    Op: Fn(f32, f32) -> f32 + Sync + Send,
 {
     // In-place SIMD fast path: lhs unique contiguous at offset 0, rhs
     // contiguous (no broadcast).
@@ -138,7 +138,7 @@ fn binary_op_f32<Op>(
     _simd_hint: Option<BinaryOp>,
 ) -> FlexTensor
 where
-    Op: Fn(f32, f32) -> f32,
+    Op: Fn(f32, f32) -> f32 + Sync + Send,
 {
     binary_op_typed(lhs, rhs, op)
 }
@@ -147,7 +147,7 @@ where
 pub(crate) fn binary_op_typed<E, Op>(mut lhs: FlexTensor, mut rhs: FlexTensor, op: Op) -> FlexTensor
 where
     E: Element + bytemuck::Pod,
-    Op: Fn(E, E) -> E,
+    Op: Fn(E, E) -> E + Sync + Send,
 {
     // In-place fast path: lhs unique, contiguous at offset 0, rhs contiguous
     if lhs.is_unique()
@@ -159,9 +159,12 @@ where
         let rhs_storage: &[E] = rhs.storage();
         let r_slice = &rhs_storage[r_start..r_end];
         let lhs_storage: &mut [E] = lhs.storage_mut();
-        for (l, &r) in lhs_storage[..l_end].iter_mut().zip(r_slice) {
-            *l = op(*l, r);
-        }
+        // (engram patch.) Split across threads (`crate::par`).
+        crate::par::zip_chunks_mut(&mut lhs_storage[..l_end], r_slice, |ls, rs| {
+            for (l, &r) in ls.iter_mut().zip(rs) {
+                *l = op(*l, r);
+            }
+        });
         return lhs;
     }
 
@@ -208,11 +211,8 @@ where
         (Some((l_start, l_end)), Some((r_start, r_end))) => {
             let l_slice = &lhs_storage[l_start..l_end];
             let r_slice = &rhs_storage[r_start..r_end];
-            l_slice
-                .iter()
-                .zip(r_slice)
-                .map(|(&a, &b)| op(a, b))
-                .collect()
+            // (engram patch.) Split across threads (`crate::par`).
+            crate::par::zip_map_collect(l_slice, r_slice, &op)
         }
         // Strided/broadcast fallback: collapse both layouts into a
         // joint loop nest with a specialized (autovectorizable) inner
@@ -283,8 +283,8 @@ pub fn scalar_op<F32Op, F64Op>(
     f64_op: F64Op,
 ) -> FlexTensor
 where
-    F32Op: Fn(f32, f32) -> f32 + Copy,
-    F64Op: Fn(f64, f64) -> f64 + Copy,
+    F32Op: Fn(f32, f32) -> f32 + Copy + Sync + Send,
+    F64Op: Fn(f64, f64) -> f64 + Copy + Sync + Send,
 {
     let dtype = tensor.dtype();
 
@@ -312,16 +312,19 @@ where
 pub(crate) fn scalar_op_typed<E, Op>(mut tensor: FlexTensor, scalar: E, op: Op) -> FlexTensor
 where
     E: Element + bytemuck::Pod,
-    Op: Fn(E, E) -> E,
+    Op: Fn(E, E) -> E + Sync + Send,
 {
     // In-place fast path: unique, contiguous at offset 0
     if tensor.is_unique()
         && let Some((0, end)) = tensor.layout().contiguous_offsets()
     {
         let storage: &mut [E] = tensor.storage_mut();
-        for x in storage[..end].iter_mut() {
-            *x = op(*x, scalar);
-        }
+        // (engram patch.) Split across threads (`crate::par`).
+        crate::par::chunks_mut(&mut storage[..end], |c| {
+            for x in c.iter_mut() {
+                *x = op(*x, scalar);
+            }
+        });
         return tensor;
     }
 
@@ -331,7 +334,8 @@ where
     let storage: &[E] = tensor.storage();
 
     let result: Vec<E> = match tensor.layout().contiguous_offsets() {
-        Some((start, end)) => storage[start..end].iter().map(|&x| op(x, scalar)).collect(),
+        // (engram patch.) Split across threads (`crate::par`).
+        Some((start, end)) => crate::par::map_collect(&storage[start..end], |x| op(x, scalar)),
         None => StridedIter::new(tensor.layout())
             .map(|i| op(storage[i], scalar))
             .collect(),
@@ -356,7 +360,7 @@ fn make_tensor<E: bytemuck::Pod + Send + Sync>(
 /// Supports all integer dtypes: I64, I32, I16, I8, U64, U32, U16, U8.
 pub fn int_binary_op<Op>(lhs: FlexTensor, rhs: FlexTensor, op: Op) -> FlexTensor
 where
-    Op: Fn(i64, i64) -> i64 + Copy,
+    Op: Fn(i64, i64) -> i64 + Copy + Sync + Send,
 {
     debug_assert_eq!(lhs.dtype(), rhs.dtype(), "int_binary_op: dtype mismatch");
 
@@ -384,7 +388,7 @@ where
 /// Note: scalar is truncated to target dtype (matches PyTorch).
 pub fn int_scalar_op<Op>(tensor: FlexTensor, scalar: i64, op: Op) -> FlexTensor
 where
-    Op: Fn(i64, i64) -> i64 + Copy,
+    Op: Fn(i64, i64) -> i64 + Copy + Sync + Send,
 {
     let dtype = tensor.dtype();
 

@@ -8,11 +8,10 @@ use macerator::{Scalar, Simd, VBitAnd, VBitOr, VBitXor, vload_unaligned, vstore_
 #[cfg(feature = "rayon")]
 use rayon::prelude::*;
 
-/// Threshold for parallel execution (elements).
-/// For memory-bound operations, parallelism helps when data exceeds L3 cache.
-#[cfg(feature = "rayon")]
-const PARALLEL_THRESHOLD: usize = 4 * 1024 * 1024;
-
+// (engram patch.) The kernels below split across threads from
+// `crate::par::worth_splitting` on (32 Ki elements and more than one thread)
+// instead of from 4 Mi elements, whose size a training step's tensors rarely
+// reach: they ran on one core.
 #[cfg(feature = "rayon")]
 const CHUNK_SIZE: usize = 4096;
 
@@ -31,7 +30,7 @@ macro_rules! define_inplace_f32_op {
             debug_assert_eq!(a.len(), b.len());
 
             #[cfg(feature = "rayon")]
-            if a.len() >= PARALLEL_THRESHOLD {
+            if crate::par::worth_splitting(a.len()) {
                 $par_fn(a, b);
                 return;
             }
@@ -123,7 +122,7 @@ define_inplace_f32_op!(
 #[inline]
 pub fn abs_inplace_f32(a: &mut [f32]) {
     #[cfg(feature = "rayon")]
-    if a.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(a.len()) {
         abs_inplace_f32_par(a);
         return;
     }
@@ -161,7 +160,7 @@ fn abs_inplace_f32_par(a: &mut [f32]) {
 #[inline]
 pub fn recip_inplace_f32(a: &mut [f32]) {
     #[cfg(feature = "rayon")]
-    if a.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(a.len()) {
         recip_inplace_f32_par(a);
         return;
     }
@@ -219,7 +218,7 @@ pub fn cmp_f32(a: &[f32], b: &[f32], out: &mut [u8], op: CmpOp) {
     debug_assert_eq!(a.len(), out.len());
 
     #[cfg(feature = "rayon")]
-    if a.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(a.len()) {
         cmp_f32_par(a, b, out, op);
         return;
     }
@@ -285,7 +284,7 @@ pub fn cmp_scalar_f32(a: &[f32], scalar: f32, out: &mut [u8], op: CmpOp) {
     debug_assert_eq!(a.len(), out.len());
 
     #[cfg(feature = "rayon")]
-    if a.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(a.len()) {
         cmp_scalar_f32_par(a, scalar, out, op);
         return;
     }
@@ -356,7 +355,7 @@ macro_rules! define_bool_binary_u8_op {
             debug_assert_eq!(a.len(), out.len());
 
             #[cfg(feature = "rayon")]
-            if a.len() >= PARALLEL_THRESHOLD {
+            if crate::par::worth_splitting(a.len()) {
                 $par_fn(a, b, out);
                 return;
             }
@@ -404,7 +403,7 @@ macro_rules! define_bool_binary_u8_op {
             debug_assert_eq!(a.len(), b.len());
 
             #[cfg(feature = "rayon")]
-            if a.len() >= PARALLEL_THRESHOLD {
+            if crate::par::worth_splitting(a.len()) {
                 $inplace_par(a, b);
                 return;
             }
@@ -468,7 +467,7 @@ pub fn bool_not_u8(a: &[u8], out: &mut [u8]) {
     debug_assert_eq!(a.len(), out.len());
 
     #[cfg(feature = "rayon")]
-    if a.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(a.len()) {
         bool_not_u8_par(a, out);
         return;
     }
@@ -513,7 +512,7 @@ fn bool_not_u8_par(a: &[u8], out: &mut [u8]) {
 #[inline]
 pub fn bool_not_inplace_u8(a: &mut [u8]) {
     #[cfg(feature = "rayon")]
-    if a.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(a.len()) {
         bool_not_inplace_u8_par(a);
         return;
     }
@@ -570,7 +569,7 @@ pub fn mask_where_f32(tensor: &[f32], mask: &[u8], value: &[f32], out: &mut [f32
     let o = bytemuck::cast_slice_mut::<f32, u32>(out);
 
     #[cfg(feature = "rayon")]
-    if tensor.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(tensor.len()) {
         mask_where_u32_par(t, mask, v, o);
         return;
     }
@@ -590,7 +589,7 @@ pub fn mask_where_f64(tensor: &[f64], mask: &[u8], value: &[f64], out: &mut [f64
     let o = bytemuck::cast_slice_mut::<f64, u64>(out);
 
     #[cfg(feature = "rayon")]
-    if tensor.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(tensor.len()) {
         mask_where_u64_par(t, mask, v, o);
         return;
     }
@@ -610,7 +609,7 @@ pub fn mask_where_i64(tensor: &[i64], mask: &[u8], value: &[i64], out: &mut [i64
     let o = bytemuck::cast_slice_mut::<i64, u64>(out);
 
     #[cfg(feature = "rayon")]
-    if tensor.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(tensor.len()) {
         mask_where_u64_par(t, mask, v, o);
         return;
     }
@@ -626,7 +625,7 @@ pub fn mask_where_u8(tensor: &[u8], mask: &[u8], value: &[u8], out: &mut [u8]) {
     debug_assert_eq!(tensor.len(), out.len());
 
     #[cfg(feature = "rayon")]
-    if tensor.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(tensor.len()) {
         mask_where_u8_par(tensor, mask, value, out);
         return;
     }
@@ -645,7 +644,7 @@ pub fn mask_fill_f32(tensor: &[f32], mask: &[u8], fill_value: f32, out: &mut [f3
     let fill_bits = fill_value.to_bits();
 
     #[cfg(feature = "rayon")]
-    if tensor.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(tensor.len()) {
         mask_fill_u32_par(t, mask, fill_bits, o);
         return;
     }
@@ -664,7 +663,7 @@ pub fn mask_fill_f64(tensor: &[f64], mask: &[u8], fill_value: f64, out: &mut [f6
     let fill_bits = fill_value.to_bits();
 
     #[cfg(feature = "rayon")]
-    if tensor.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(tensor.len()) {
         mask_fill_u64_par(t, mask, fill_bits, o);
         return;
     }
@@ -683,7 +682,7 @@ pub fn mask_fill_i64(tensor: &[i64], mask: &[u8], fill_value: i64, out: &mut [i6
     let fill_bits = fill_value as u64;
 
     #[cfg(feature = "rayon")]
-    if tensor.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(tensor.len()) {
         mask_fill_u64_par(t, mask, fill_bits, o);
         return;
     }
@@ -698,7 +697,7 @@ pub fn mask_fill_u8(tensor: &[u8], mask: &[u8], fill_value: u8, out: &mut [u8]) 
     debug_assert_eq!(tensor.len(), out.len());
 
     #[cfg(feature = "rayon")]
-    if tensor.len() >= PARALLEL_THRESHOLD {
+    if crate::par::worth_splitting(tensor.len()) {
         mask_fill_u8_par(tensor, mask, fill_value, out);
         return;
     }
