@@ -10,6 +10,8 @@
 //! master thread, so that `N` threads do all of it.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// Threads of engram's pool: `RAYON_NUM_THREADS` when set to a positive number, else the
 /// cores available to this process.
@@ -47,6 +49,66 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// Pool threads now looking for work in [`keep_awake`]'s loop.
+static LOOKING: AtomicUsize = AtomicUsize::new(0);
+
+/// How long a thread that [`keep_awake`] woke keeps looking for work after the last job it ran
+/// (OpenMP's "block time", 200 ms by default in Intel's runtime; a step's parallel regions are
+/// at most a few hundred microseconds apart, so 2 ms covers a step and frees the core soon
+/// after the training loop stops).
+const LOOK_FOR: Duration = Duration::from_millis(2);
+
+/// Keeps the other threads of the current rayon pool looking for work for the next
+/// [`LOOK_FOR`] instead of asleep; a no-op outside a pool, in a pool of one thread, or while
+/// they still look.
+///
+/// Every parallel region of a step (each matmul's, each element-wise op's split) hands work to
+/// the pool's other threads. rayon lets an idle thread spin only a few dozen yields before it
+/// sleeps on a futex, so most regions of a training step found the other thread asleep and paid
+/// a wake-up (a system call and, in a VM, an inter-processor interrupt) before it joined: about
+/// a tenth of the stepping thread's time on the 2-thread MLP step (`bench/profile/README.md`).
+/// Called at the start of each forward pass ([`crate::model::Model::forward_range`]), this
+/// spawns one job a thread that runs whatever work appears (`rayon::yield_now`) until none has
+/// appeared for [`LOOK_FOR`], so the step's regions find a thread already awake, as PyTorch's
+/// OpenMP threads spin between regions. It changes no result: which thread runs a job never
+/// changes what the job computes. A looking thread yields the CPU between looks, so another
+/// process on the core still runs.
+pub fn keep_awake() {
+    let (Some(caller), threads) = (rayon::current_thread_index(), rayon::current_num_threads())
+    else {
+        return;
+    };
+    let others = threads.saturating_sub(1);
+    while LOOKING.load(Ordering::Relaxed) < others {
+        LOOKING.fetch_add(1, Ordering::Relaxed);
+        rayon::spawn(move || look_for_work(caller));
+    }
+}
+
+/// [`keep_awake`]'s job: runs the pool's pending work until none has appeared for
+/// [`LOOK_FOR`]. On the thread that asked (which can pick the job up while it waits in a join),
+/// it returns at once: that thread has its own work to get back to.
+fn look_for_work(caller: usize) {
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            LOOKING.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    let _done = Done;
+    if rayon::current_thread_index() == Some(caller) {
+        return;
+    }
+    let mut last = Instant::now();
+    loop {
+        match rayon::yield_now() {
+            Some(rayon::Yield::Executed) => last = Instant::now(),
+            Some(rayon::Yield::Idle) if last.elapsed() < LOOK_FOR => std::thread::yield_now(),
+            _ => return,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -58,5 +120,50 @@ mod tests {
         assert!(outer.is_some());
         assert_eq!(outer, inner);
         assert_eq!(super::install(rayon::current_num_threads), super::threads());
+    }
+
+    /// Waits up to 2 s for `cond`.
+    fn eventually(cond: impl Fn() -> bool) -> bool {
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_secs(2) {
+            if cond() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        false
+    }
+
+    /// `keep_awake` puts the pool's other thread to looking for work, which then runs the
+    /// caller's parallel work (the sums are right), and lets it go once no work has appeared for
+    /// `LOOK_FOR`; outside a pool it does nothing.
+    #[test]
+    fn keep_awake_looks_for_work_then_lets_go() {
+        use super::LOOKING;
+        use std::sync::atomic::Ordering::Relaxed;
+        let before = LOOKING.load(Relaxed);
+        super::keep_awake();
+        assert_eq!(LOOKING.load(Relaxed), before, "no pool, no looking thread");
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (total, looked) = pool.install(|| {
+            super::keep_awake();
+            let looked = eventually(|| LOOKING.load(Relaxed) >= 1);
+            let mut total = 0u64;
+            for k in 0..200u64 {
+                let (a, b) = rayon::join(
+                    || (0..=k).sum::<u64>(),
+                    || (0..=k).map(|x| 2 * x).sum::<u64>(),
+                );
+                total += a + b;
+            }
+            (total, looked)
+        });
+        assert!(looked, "the other thread never started looking");
+        // Σ_k 3·k(k+1)/2 over k < 200.
+        assert_eq!(total, (0..200u64).map(|k| 3 * k * (k + 1) / 2).sum::<u64>());
+        assert!(eventually(|| LOOKING.load(Relaxed) == 0), "it kept looking");
     }
 }

@@ -294,6 +294,7 @@ impl Model {
         mut x: Activation,
         ctx: &ForwardCtx,
     ) -> Activation {
+        crate::threads::keep_awake();
         let mut ctx = self.block_ctx(ctx);
         for i in range {
             ctx.block = i;
@@ -313,6 +314,7 @@ impl Model {
         ctx: &ForwardCtx,
         rng_seed: u64,
     ) -> Activation {
+        crate::threads::keep_awake();
         let mut ctx = self.block_ctx(ctx);
         for i in range {
             x.device()
