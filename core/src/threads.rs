@@ -35,18 +35,29 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         return f();
     }
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
-    let pool = POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads())
-            .stack_size(STACK_BYTES)
-            .thread_name(|i| format!("engram-{i}"))
-            .build()
-            .ok()
-    });
+    let pool = POOL.get_or_init(|| pool_builder().num_threads(threads()).build().ok());
     match pool {
         Some(p) => p.install(f),
         None => f(),
     }
+}
+
+/// How engram's pool is built, less its thread count.
+fn pool_builder() -> rayon::ThreadPoolBuilder {
+    rayon::ThreadPoolBuilder::new()
+        .stack_size(STACK_BYTES)
+        .thread_name(|i| format!("engram-{i}"))
+        .start_handler(|_| allocate_thread_buffers())
+}
+
+/// Allocates, on the calling thread, the buffers Burn's CPU backend keeps a thread for its
+/// lifetime: `gemm`'s packing slab (the size of a core's L2 cache, 1–2 MiB), otherwise
+/// allocated the first time the thread joins a matmul. Run when each pool thread starts, so
+/// that no training step's memory window ([`crate::train::memory::PeakWindow`]) counts it: at
+/// 2 threads, which step a second thread first joined a matmul in varied from run to run, and
+/// so did that step's measured peak (by the slab, 1.1 MiB of the MLP step's 2.4 MiB).
+fn allocate_thread_buffers() {
+    gemm_common::gemm::L2_SLAB.with(|_| ());
 }
 
 /// Pool threads now looking for work in [`keep_awake`]'s loop.
@@ -120,6 +131,32 @@ mod tests {
         assert!(outer.is_some());
         assert_eq!(outer, inner);
         assert_eq!(super::install(rayon::current_num_threads), super::threads());
+    }
+
+    /// A thread of engram's pool has `gemm`'s packing slab when it starts: its first matmul
+    /// allocates nothing more (without the start handler it allocated the slab, the size of
+    /// the L2 cache, there). The heap counter is the process's and other tests run beside, so
+    /// the bound is a quarter of the smallest L2 cache `gemm` would size it by.
+    #[test]
+    fn pool_threads_start_with_their_gemm_buffers() {
+        let pool = super::pool_builder().num_threads(2).build().unwrap();
+        let first_use = pool.broadcast(|_| {
+            let before = crate::alloc::read().current;
+            gemm_common::gemm::L2_SLAB.with(|_| ());
+            crate::alloc::read().current as i64 - before as i64
+        });
+        assert!(first_use.iter().all(|&b| b < 64 << 10), "{first_use:?}");
+        // Without the handler, the same first use allocates the slab.
+        let bare = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let first_use = bare.broadcast(|_| {
+            let before = crate::alloc::read().current;
+            gemm_common::gemm::L2_SLAB.with(|_| ());
+            crate::alloc::read().current as i64 - before as i64
+        });
+        assert!(first_use.iter().all(|&b| b >= 256 << 10), "{first_use:?}");
     }
 
     /// Waits up to 2 s for `cond`.
