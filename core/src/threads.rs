@@ -120,6 +120,102 @@ fn look_for_work(caller: usize) {
     }
 }
 
+/// The floating-point control bits [`flush_denormals`] sets: on x86-64, MXCSR's flush-to-zero
+/// (bit 15: a result too small for a normal number becomes ±0) and denormals-are-zero (bit 6: a
+/// denormal operand reads as ±0), as `torch.set_flush_denormal(True)` and XLA's CPU threads set
+/// them (Intel® 64 and IA-32 Architectures Software Developer's Manual, vol. 1, §10.2.3).
+#[cfg(target_arch = "x86_64")]
+const FLUSH_BITS: u32 = (1 << 15) | (1 << 6);
+
+/// This thread's MXCSR (SSE and AVX control and status register).
+#[cfg(target_arch = "x86_64")]
+fn control_word() -> u32 {
+    let mut word = 0u32;
+    // SAFETY: `stmxcsr` stores the 4-byte register at the address, a live local.
+    unsafe {
+        std::arch::asm!("stmxcsr [{}]", in(reg) &mut word, options(nostack, preserves_flags));
+    }
+    word
+}
+
+/// Sets this thread's MXCSR to `word`.
+#[cfg(target_arch = "x86_64")]
+fn set_control_word(word: u32) {
+    // SAFETY: `ldmxcsr` loads the 4-byte register from a live local; callers only flip
+    // FLUSH_BITS of the current value, which no exception or rounding mode depends on.
+    unsafe {
+        std::arch::asm!("ldmxcsr [{}]", in(reg) &word, options(nostack, readonly, preserves_flags));
+    }
+}
+
+/// Whether [`flush_denormals`] can flush on this CPU architecture (x86-64 only; elsewhere it
+/// changes nothing and the trainer says so).
+pub const CAN_FLUSH_DENORMALS: bool = cfg!(target_arch = "x86_64");
+
+/// Sets (`on`) or clears flush-to-zero and denormals-are-zero on the calling thread and every
+/// thread of the current rayon pool (rayon's global pool when called outside one); returns
+/// whether the caller's were set before.
+fn set_flush(on: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let apply = move || {
+            let word = control_word();
+            set_control_word(if on {
+                word | FLUSH_BITS
+            } else {
+                word & !FLUSH_BITS
+            });
+            word & FLUSH_BITS == FLUSH_BITS
+        };
+        let before = apply();
+        rayon::broadcast(|_| {
+            apply();
+        });
+        before
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = on;
+        false
+    }
+}
+
+/// While alive, denormal numbers are flushed to zero on the threads that compute (see
+/// [`flush_denormals`]); dropping it puts back the caller's setting before, on the same
+/// threads.
+#[must_use = "the flushing ends when the guard is dropped"]
+pub struct FlushDenormals {
+    /// Whether the caller flushed before the guard.
+    before: bool,
+}
+
+impl Drop for FlushDenormals {
+    fn drop(&mut self) {
+        set_flush(self.before);
+    }
+}
+
+/// Flushes denormal numbers (magnitudes below 2⁻¹²⁶ ≈ 1.2·10⁻³⁸ in `f32`) to zero, as results
+/// and as operands, on the calling thread and every thread of the current rayon pool, until the
+/// returned guard drops (`[run] flush_denormals`).
+///
+/// A multiply or add that takes or makes a denormal runs in microcode on x86 cores, about a
+/// hundred times slower than a normal one. Training meets them when a task's loss saturates:
+/// the softmax's gradients shrink towards zero and the backward pass carries values below
+/// 2⁻¹²⁶ through every convolution (the recipe CNN's third task of Split Fashion-MNIST,
+/// `bench/profile/README.md`). Flushing changes results only where a value would be denormal,
+/// well below anything an `f32` weight update can resolve, and makes the run reproducible with
+/// itself, not with an unflushed run. PyTorch does the same under `torch.set_flush_denormal(True)`.
+///
+/// The setting is per thread, so the pool must not change while the guard lives; another
+/// computation sharing the pool meanwhile is flushed too. On CPUs other than x86-64 this
+/// changes nothing ([`CAN_FLUSH_DENORMALS`]).
+pub fn flush_denormals() -> FlushDenormals {
+    FlushDenormals {
+        before: set_flush(true),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -202,5 +298,43 @@ mod tests {
         // Σ_k 3·k(k+1)/2 over k < 200.
         assert_eq!(total, (0..200u64).map(|k| 3 * k * (k + 1) / 2).sum::<u64>());
         assert!(eventually(|| LOOKING.load(Relaxed) == 0), "it kept looking");
+    }
+
+    /// Inside the guard, a product below 2⁻¹²⁶ comes out as zero and a denormal operand reads as
+    /// zero, on the caller and on the pool's other threads; after it, both are denormal again.
+    #[test]
+    fn flush_denormals_flushes_every_thread_until_dropped() {
+        let tiny = f32::MIN_POSITIVE; // 2⁻¹²⁶, the smallest normal f32
+        let probe = || {
+            let half = std::hint::black_box(tiny) * std::hint::black_box(0.5f32);
+            let denormal = std::hint::black_box(f32::from_bits(1)); // 2⁻¹⁴⁹
+            (half, denormal * std::hint::black_box(2.0f32))
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let everywhere = || {
+            let mut seen = vec![probe()];
+            seen.extend(rayon::broadcast(|_| probe()));
+            seen
+        };
+        let (during, after) = pool.install(|| {
+            let guard = super::flush_denormals();
+            let during = everywhere();
+            drop(guard);
+            (during, everywhere())
+        });
+        assert_eq!(during.len(), 4);
+        assert_eq!(after.len(), 4);
+        if super::CAN_FLUSH_DENORMALS {
+            assert!(
+                during.iter().all(|&(h, d)| h == 0.0 && d == 0.0),
+                "{during:?}"
+            );
+        }
+        // 2⁻¹²⁷ and 2⁻¹⁴⁸, both denormal, once the guard is gone.
+        let unflushed = (f32::from_bits(1 << 22), f32::from_bits(2));
+        assert!(after.iter().all(|&p| p == unflushed), "{after:?}");
     }
 }

@@ -162,6 +162,15 @@ fn run_inner(
         ad
     };
     ad.seed(rng::derive_seed(p.cfg.config.run.seed, "burn-init", 0, 0));
+    let _flushing = p.cfg.config.run.flush_denormals.then(|| {
+        if !crate::threads::CAN_FLUSH_DENORMALS {
+            eprintln!(
+                "warning: [run] flush_denormals: engram cannot flush denormals on {} CPUs; the run trains without it",
+                std::env::consts::ARCH
+            );
+        }
+        crate::threads::flush_denormals()
+    });
     let (model, optim, mut pr) = match checkpoint {
         Some((path, ck)) => p.restore(ck, &ad, &path)?,
         None => fresh_start(p, &ad)?,
