@@ -18,8 +18,6 @@
 #[cfg(feature = "rayon")]
 use rayon::prelude::*;
 
-use core::mem::MaybeUninit;
-
 /// Fewest elements worth splitting: PyTorch's `at::internal::GRAIN_SIZE`
 /// (32,768), below which waking another thread costs more than it saves.
 pub(crate) const GRAIN: usize = 32 * 1024;
@@ -118,28 +116,22 @@ where
     F: Fn(S, S) -> R + Sync + Send,
 {
     debug_assert_eq!(lhs.len(), rhs.len());
-    if !worth_splitting(lhs.len()) {
-        return lhs.iter().zip(rhs).map(|(&a, &b)| op(a, b)).collect();
-    }
-    let n = lhs.len();
-    let mut out = alloc::vec::Vec::<R>::with_capacity(n);
-    let dst: &mut [MaybeUninit<R>] = &mut out.spare_capacity_mut()[..n];
     #[cfg(feature = "rayon")]
-    {
+    if worth_splitting(lhs.len()) {
+        let n = lhs.len();
         let c = chunk_len(n);
-        dst.par_chunks_mut(c)
+        let mut out = alloc::vec::Vec::<R>::with_capacity(n);
+        out.spare_capacity_mut()[..n]
+            .par_chunks_mut(c)
             .zip(lhs.par_chunks(c).zip(rhs.par_chunks(c)))
             .for_each(|(d, (l, r))| {
                 for ((d, &a), &b) in d.iter_mut().zip(l).zip(r) {
                     d.write(op(a, b));
                 }
             });
+        // SAFETY: the chunks cover `0..n`, and every element of each was written.
+        unsafe { out.set_len(n) };
+        return out;
     }
-    #[cfg(not(feature = "rayon"))]
-    for ((d, &a), &b) in dst.iter_mut().zip(lhs).zip(rhs) {
-        d.write(op(a, b));
-    }
-    // SAFETY: the chunks cover `0..n`, and every element of each was written.
-    unsafe { out.set_len(n) };
-    out
+    lhs.iter().zip(rhs).map(|(&a, &b)| op(a, b)).collect()
 }

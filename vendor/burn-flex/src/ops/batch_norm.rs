@@ -29,10 +29,6 @@ use crate::{Flex, FlexTensor, Layout};
 #[cfg(feature = "rayon")]
 use rayon::prelude::*;
 
-/// Below this many elements the channel loops run on the calling thread.
-#[cfg(feature = "rayon")]
-const PARALLEL_ELEMENTS: usize = 1 << 15;
-
 /// `t` made contiguous (an `Arc` clone when it already is) and its storage's `start..end`.
 fn values(t: &FlexTensor) -> (FlexTensor, usize, usize) {
     let t = t.to_contiguous();
@@ -71,7 +67,7 @@ fn dims(shape: &Shape) -> (usize, usize, usize) {
 /// Runs `f(channel)` for every channel, in parallel for large tensors, and collects the results.
 fn per_channel<T: Send>(channels: usize, elements: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     #[cfg(feature = "rayon")]
-    if elements >= PARALLEL_ELEMENTS {
+    if crate::par::worth_splitting(elements) {
         return (0..channels).into_par_iter().map(&f).collect();
     }
     let _ = elements;
@@ -81,7 +77,7 @@ fn per_channel<T: Send>(channels: usize, elements: usize, f: impl Fn(usize) -> T
 /// Fills `out` (`[batch, channels·spatial]`) sample by sample with `f(sample_in, sample_out)`.
 fn per_sample(out: &mut [f32], sample: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     #[cfg(feature = "rayon")]
-    if out.len() >= PARALLEL_ELEMENTS {
+    if crate::par::worth_splitting(out.len()) {
         out.par_chunks_mut(sample)
             .enumerate()
             .for_each(|(i, o)| f(i, o));
