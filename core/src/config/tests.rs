@@ -295,28 +295,3 @@ fn line_col_counts_from_one() {
     assert_eq!(line_col("ab\ncd", 0), (1, 1));
     assert_eq!(line_col("ab\ncd", 4), (2, 2));
 }
-
-/// `[run] flush_denormals` is off by default and then absent from the config's JSON, so that a
-/// checkpoint written before the key existed keeps its identity; on, it is part of it.
-#[test]
-fn flush_denormals_is_off_by_default_and_only_on_in_the_identity() {
-    use crate::train::trainer::config_identity;
-    let off = load(MIN).unwrap().config;
-    assert!(!off.run.flush_denormals);
-    let json = serde_json::to_string(&off).unwrap();
-    assert!(!json.contains("flush_denormals"), "{json}");
-    let on = load(&format!("[run]\nflush_denormals = true\n{MIN}"))
-        .unwrap()
-        .config;
-    assert!(on.run.flush_denormals);
-    assert!(
-        serde_json::to_string(&on)
-            .unwrap()
-            .contains("\"flush_denormals\":true")
-    );
-    assert_ne!(config_identity(&on), config_identity(&off));
-    let explicit_off = load(&format!("[run]\nflush_denormals = false\n{MIN}"))
-        .unwrap()
-        .config;
-    assert_eq!(config_identity(&explicit_off), config_identity(&off));
-}

@@ -233,4 +233,32 @@ mod tests {
         assert!((before - norm).abs() < 1e-9);
         assert!((global_grad_norm(&m, &clipped) - norm / 4.0).abs() < 1e-4 * norm);
     }
+
+    /// A whole experiment file of the fewest keys.
+    const MIN_CONFIG: &str = "[data]\ndataset = \"fashion-mnist\"\n[model]\ntype = \"mlp\"\n";
+
+    fn load(text: &str) -> crate::config::LoadedConfig {
+        crate::config::LoadedConfig::from_source(std::path::Path::new("t.toml"), text.to_string())
+            .unwrap()
+    }
+
+    /// `[run] flush_denormals` is off by default and then absent from the config's JSON, so that a
+    /// checkpoint written before the key existed keeps its identity; on, it is part of it.
+    #[test]
+    fn flush_denormals_is_off_by_default_and_only_on_in_the_identity() {
+        let off = load(MIN_CONFIG).config;
+        assert!(!off.run.flush_denormals);
+        let json = serde_json::to_string(&off).unwrap();
+        assert!(!json.contains("flush_denormals"), "{json}");
+        let on = load(&format!("[run]\nflush_denormals = true\n{MIN_CONFIG}")).config;
+        assert!(on.run.flush_denormals);
+        assert!(
+            serde_json::to_string(&on)
+                .unwrap()
+                .contains("\"flush_denormals\":true")
+        );
+        assert_ne!(config_identity(&on), config_identity(&off));
+        let explicit_off = load(&format!("[run]\nflush_denormals = false\n{MIN_CONFIG}")).config;
+        assert_eq!(config_identity(&explicit_off), config_identity(&off));
+    }
 }
