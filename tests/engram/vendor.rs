@@ -542,6 +542,88 @@ fn elementwise_ops_split_across_threads_as_one_thread() {
     }
 }
 
+/// Matmul outputs are handed to gemm unwritten (it writes every element and reads none), so
+/// a product is the same whatever the allocator hands back: each product here follows a freed
+/// buffer of NaNs of its output's size (which the allocator tends to reuse) and equals a sum
+/// by hand, exactly, on small integers where every summation order gives the same sum. The
+/// shapes take each of gemm's paths: a vector product, the small horizontal kernel, the
+/// parallel blocked one, `k = 0`, a transposed (strided) operand, and batches, broadcast too.
+#[test]
+fn matmul_outputs_written_whatever_the_memory_held() {
+    let device = Device::flex();
+    let ints = |len: usize, seed: usize| -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i * 7919 + seed * 104_729) % 17) as f32 - 8.0)
+            .collect()
+    };
+    let by_hand = |a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)| -> Vec<f32> {
+        let mut out = vec![0.0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                // From +0, as gemm starts (`Sum` for f32 starts from -0).
+                out[i * n + j] = (0..k).fold(0.0, |s, p| s + a[i * k + p] * b[p * n + j]);
+            }
+        }
+        out
+    };
+    let poison = |len: usize| drop(std::hint::black_box(vec![f32::NAN; len]));
+    for (m, k, n) in [
+        (1, 37, 5),
+        (7, 9, 11),
+        (64, 300, 90),
+        (200, 200, 200),
+        (3, 0, 4),
+    ] {
+        let (a, b) = (ints(m * k, 1), ints(k * n, 2));
+        let want = by_hand(&a, &b, (m, k, n));
+        let ta = Tensor::<2>::from_data(TensorData::new(a, [m, k]), &device);
+        let tb = Tensor::<2>::from_data(TensorData::new(b, [k, n]), &device);
+        poison(m * n);
+        let got = ta
+            .clone()
+            .matmul(tb.clone())
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert_eq!(digest(&got), digest(&want), "[{m}, {k}] x [{k}, {n}]");
+        // The same product with the right operand stored transposed: a strided view.
+        let tb_t = tb.transpose().into_data();
+        let strided = Tensor::<2>::from_data(tb_t, &device).transpose();
+        poison(m * n);
+        let got = ta.matmul(strided).into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(digest(&got), digest(&want), "[{m}, {k}] x [{k}, {n}]ᵀᵀ");
+    }
+    // Batches: six products of [33, 17] x [17, 29], then the right operand broadcast.
+    let (bs, m, k, n) = (6, 33, 17, 29);
+    let (a, b) = (ints(bs * m * k, 3), ints(bs * k * n, 4));
+    let want: Vec<f32> = (0..bs)
+        .flat_map(|i| {
+            by_hand(
+                &a[i * m * k..(i + 1) * m * k],
+                &b[i * k * n..(i + 1) * k * n],
+                (m, k, n),
+            )
+        })
+        .collect();
+    let ta = Tensor::<3>::from_data(TensorData::new(a.clone(), [bs, m, k]), &device);
+    let tb = Tensor::<3>::from_data(TensorData::new(b.clone(), [bs, k, n]), &device);
+    poison(bs * m * n);
+    let got = ta
+        .clone()
+        .matmul(tb)
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    assert_eq!(digest(&got), digest(&want), "batched");
+    let one = Tensor::<3>::from_data(TensorData::new(b[..k * n].to_vec(), [1, k, n]), &device);
+    let want: Vec<f32> = (0..bs)
+        .flat_map(|i| by_hand(&a[i * m * k..(i + 1) * m * k], &b[..k * n], (m, k, n)))
+        .collect();
+    poison(bs * m * n);
+    let got = ta.matmul(one).into_data().try_to_vec::<f32>().unwrap();
+    assert_eq!(digest(&got), digest(&want), "broadcast");
+}
+
 /// ReLU through Burn's activation (flex's unary closure).
 fn module_relu(x: Tensor<1>) -> Tensor<1> {
     engram::core::burn::tensor::activation::relu(x)

@@ -9,17 +9,23 @@ use alloc::vec;
 use alloc::vec::Vec;
 use burn_backend::{DType, Element};
 use burn_std::{Bytes, Shape, bf16, f16};
+use core::mem::MaybeUninit;
 
 use crate::{FlexTensor, Layout};
 
 /// Types that can be used with gemm-based matmul.
 /// Only implement for types that `gemm::gemm` dispatches on via TypeId (f32, f64, f16).
 trait GemmScalar: Element + bytemuck::Pod {
+    /// (engram patch.) Whether `gemm::gemm` with `read_dst = false` writes every output element
+    /// of this type without reading it first (gemm-common's paths for `f32` and `f64` all store
+    /// `beta · acc` when `alpha` is zero), so that [`written_output`] may skip zeroing it.
+    const WRITES_WITHOUT_READING: bool;
     fn zero() -> Self;
     fn one() -> Self;
 }
 
 impl GemmScalar for f32 {
+    const WRITES_WITHOUT_READING: bool = true;
     fn zero() -> Self {
         0.0
     }
@@ -29,6 +35,7 @@ impl GemmScalar for f32 {
 }
 
 impl GemmScalar for f64 {
+    const WRITES_WITHOUT_READING: bool = true;
     fn zero() -> Self {
         0.0
     }
@@ -38,12 +45,42 @@ impl GemmScalar for f64 {
 }
 
 impl GemmScalar for f16 {
+    // gemm-f16 goes through its own conversions: left zeroed, as before.
+    const WRITES_WITHOUT_READING: bool = false;
     fn zero() -> Self {
         f16::from_f32(0.0)
     }
     fn one() -> Self {
         f16::from_f32(1.0)
     }
+}
+
+/// (engram patch.) A contiguous output of `shape` that `fill` writes: every matmul below
+/// overwrote the zeros `FlexTensor::empty` wrote first (`gemm` with `read_dst = false`), a
+/// `memset` of the whole output on the calling thread before each product. For the types
+/// whose gemm writes every element without reading it ([`GemmScalar::WRITES_WITHOUT_READING`])
+/// the buffer is handed over unwritten; for the others it is zeroed, as before.
+///
+/// # Safety
+/// `fill` must write every element of the slice it is given (through its pointers).
+unsafe fn written_output<T: GemmScalar>(
+    shape: Shape,
+    fill: impl FnOnce(&mut [MaybeUninit<T>]),
+) -> FlexTensor {
+    let len = shape.num_elements();
+    let mut out = Vec::<T>::with_capacity(len);
+    let slots = &mut out.spare_capacity_mut()[..len];
+    if !T::WRITES_WITHOUT_READING {
+        slots.fill(MaybeUninit::new(T::zero()));
+    }
+    fill(slots);
+    // SAFETY: `fill` wrote all `len` elements (the caller's contract).
+    unsafe { out.set_len(len) };
+    FlexTensor::new(
+        Bytes::from_elems(out),
+        Layout::contiguous(shape),
+        T::dtype(),
+    )
 }
 
 /// Checked multiplication for matrix sizes, panics on overflow.
@@ -261,30 +298,28 @@ fn matmul_2d_strided<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTen
     let rhs_ptr = unsafe { rhs_data.as_ptr().add(rhs.layout().start_offset()) };
 
     let out_shape = Shape::from(vec![m, n]);
-    let mut output = FlexTensor::empty(out_shape, T::dtype());
-    let out_data: &mut [T] = output.storage_mut();
-
     let parallelism = get_parallelism(m, n, k);
 
+    // SAFETY: gemm writes all `m × n` elements of the row-major output (`read_dst = false`).
     unsafe {
-        gemm_call(
-            m,
-            n,
-            k,
-            out_data.as_mut_ptr(),
-            1,
-            n as isize,
-            lhs_ptr,
-            lhs_col_stride,
-            lhs_row_stride,
-            rhs_ptr,
-            rhs_col_stride,
-            rhs_row_stride,
-            parallelism,
-        );
+        written_output::<T>(out_shape, |out| {
+            gemm_call(
+                m,
+                n,
+                k,
+                out.as_mut_ptr().cast::<T>(),
+                1,
+                n as isize,
+                lhs_ptr,
+                lhs_col_stride,
+                lhs_row_stride,
+                rhs_ptr,
+                rhs_col_stride,
+                rhs_row_stride,
+                parallelism,
+            )
+        })
     }
-
-    output
 }
 
 /// Strided gemm call for one matrix. Wraps `gemm::gemm` with GemmScalar zero/one.
@@ -364,13 +399,10 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
     out_dims.push(n);
     let out_shape = Shape::from(out_dims);
 
-    let mut output = FlexTensor::empty(out_shape, T::dtype());
-
     let lhs_data: &[T] = lhs.storage();
     let rhs_data: &[T] = rhs.storage();
     let lhs_start = lhs.layout().start_offset() as isize;
     let rhs_start = rhs.layout().start_offset() as isize;
-    let out_data: &mut [T] = output.storage_mut();
 
     let per_matrix_ops = m.saturating_mul(n).saturating_mul(k);
 
@@ -397,53 +429,66 @@ fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexT
         }
     };
 
-    // Strategy:
-    // 1. Large matrices: let gemm parallelize internally
-    // 2. Small matrices, large batch: parallelize batch loop
-    // 3. Small total work: single-threaded
-    #[cfg(feature = "rayon")]
-    {
-        let total_ops = batch_size.saturating_mul(per_matrix_ops);
-        let prefer_batch_parallel = batch_size >= 4 && total_ops >= BATCH_PARALLEL_THRESHOLD;
+    // SAFETY: each batch's gemm writes all `m × n` elements of its matrix (`read_dst =
+    // false`), and the batches cover the output.
+    unsafe {
+        written_output::<T>(out_shape, |out_data| {
+            // Strategy:
+            // 1. Large matrices: let gemm parallelize internally
+            // 2. Small matrices, large batch: parallelize batch loop
+            // 3. Small total work: single-threaded
+            #[cfg(feature = "rayon")]
+            {
+                let total_ops = batch_size.saturating_mul(per_matrix_ops);
+                let prefer_batch_parallel =
+                    batch_size >= 4 && total_ops >= BATCH_PARALLEL_THRESHOLD;
 
-        if per_matrix_ops >= PARALLEL_THRESHOLD && !prefer_batch_parallel {
-            let parallelism = gemm::Parallelism::Rayon(0);
-            for b in 0..batch_size {
-                run_one(out_data[b * out_matrix_size..].as_mut_ptr(), b, parallelism);
+                if per_matrix_ops >= PARALLEL_THRESHOLD && !prefer_batch_parallel {
+                    let parallelism = gemm::Parallelism::Rayon(0);
+                    for b in 0..batch_size {
+                        run_one(
+                            out_data[b * out_matrix_size..].as_mut_ptr().cast::<T>(),
+                            b,
+                            parallelism,
+                        );
+                    }
+                } else if total_ops >= BATCH_PARALLEL_THRESHOLD && batch_size > 1 {
+                    use rayon::prelude::*;
+
+                    out_data
+                        .par_chunks_mut(out_matrix_size)
+                        .enumerate()
+                        .for_each(|(b, out_chunk)| {
+                            run_one(
+                                out_chunk.as_mut_ptr().cast::<T>(),
+                                b,
+                                gemm::Parallelism::None,
+                            );
+                        });
+                } else {
+                    for b in 0..batch_size {
+                        run_one(
+                            out_data[b * out_matrix_size..].as_mut_ptr().cast::<T>(),
+                            b,
+                            gemm::Parallelism::None,
+                        );
+                    }
+                }
             }
-        } else if total_ops >= BATCH_PARALLEL_THRESHOLD && batch_size > 1 {
-            use rayon::prelude::*;
 
-            out_data
-                .par_chunks_mut(out_matrix_size)
-                .enumerate()
-                .for_each(|(b, out_chunk)| {
-                    run_one(out_chunk.as_mut_ptr(), b, gemm::Parallelism::None);
-                });
-        } else {
-            for b in 0..batch_size {
-                run_one(
-                    out_data[b * out_matrix_size..].as_mut_ptr(),
-                    b,
-                    gemm::Parallelism::None,
-                );
+            #[cfg(not(feature = "rayon"))]
+            {
+                let _ = per_matrix_ops;
+                for b in 0..batch_size {
+                    run_one(
+                        out_data[b * out_matrix_size..].as_mut_ptr().cast::<T>(),
+                        b,
+                        gemm::Parallelism::None,
+                    );
+                }
             }
-        }
+        })
     }
-
-    #[cfg(not(feature = "rayon"))]
-    {
-        let _ = per_matrix_ops;
-        for b in 0..batch_size {
-            run_one(
-                out_data[b * out_matrix_size..].as_mut_ptr(),
-                b,
-                gemm::Parallelism::None,
-            );
-        }
-    }
-
-    output
 }
 
 // ============================================================================
