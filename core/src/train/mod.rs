@@ -7,4 +7,5 @@ pub mod memory;
 pub mod metrics;
 pub mod observer;
 pub mod report;
+pub mod sgd;
 pub mod trainer;

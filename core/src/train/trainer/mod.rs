@@ -54,8 +54,7 @@ use crate::strategy::{
 };
 use burn::module::Module;
 use burn::optim::{
-    AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig, decay::WeightDecayConfig,
-    momentum::MomentumConfig,
+    AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, decay::WeightDecayConfig,
 };
 use burn::tensor::{Device, Tensor, activation};
 use std::path::{Path, PathBuf};

@@ -465,21 +465,17 @@ impl Prepared {
     }
 }
 
-/// burn-optim's SGD with classical momentum `momentum` (none at 0), no dampening, no Nesterov,
-/// and optional weight decay: the configured `sgd`, and the fixed optimisers of
-/// `engram bench throughput` and GDumb's learner.
+/// SGD with classical momentum `momentum` (none at 0), no dampening, no Nesterov, and optional
+/// weight decay ([`crate::train::sgd::Sgd`]: burn-optim's arithmetic, fused on the CPU): the
+/// configured `sgd`, and the fixed optimisers of `engram bench throughput` and GDumb's learner.
 pub fn sgd(momentum: f64, weight_decay: Option<WeightDecayConfig>) -> ModuleOptimizer {
-    SgdConfig::new()
-        .with_momentum((momentum > 0.0).then_some(MomentumConfig {
-            momentum,
-            dampening: 0.0,
-            nesterov: false,
-        }))
-        .with_weight_decay(weight_decay)
-        .init()
+    ModuleOptimizer::from(crate::train::sgd::Sgd::new(
+        Some(momentum),
+        weight_decay.map(|w| w.penalty),
+    ))
 }
 
-/// The configured optimiser (burn-optim).
+/// The configured optimiser: engram's SGD, or burn-optim's Adam or AdamW.
 pub fn build_optimizer(cfg: &LoadedConfig) -> ModuleOptimizer {
     let o = &cfg.config.optimizer;
     let wd = (o.weight_decay > 0.0).then_some(WeightDecayConfig {
