@@ -2,8 +2,8 @@
 //! memory of the memory strategies.
 //!
 //! The step measured is the trainer's own: a batch gathered from host memory and uploaded, the
-//! `standard` memory strategy's forward and backward, cross-entropy, and burn-optim's optimiser
-//! (SGD with momentum 0.9, or AdamW). The default is the Split-FMNIST example's settings (MLP
+//! `standard` memory strategy's forward and backward, cross-entropy, and the optimiser (engram's
+//! SGD with momentum 0.9, or burn-optim's AdamW). The default is the Split-FMNIST example's settings (MLP
 //! 784-400-400-10, batch 128, lr 0.05) on synthetic inputs; `bench/throughput_torch.py` runs the
 //! identical loop in plain PyTorch for comparison, and `bench/throughput_bert_torch.py` the BERT
 //! loop in Hugging Face `transformers` ([`torch`]).

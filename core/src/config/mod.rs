@@ -225,7 +225,7 @@ fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
 
-/// The optimiser family (burn-optim).
+/// The optimiser family: SGD is engram's ([`crate::train::sgd::Sgd`]), Adam and AdamW burn-optim's.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {

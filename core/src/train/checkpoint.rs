@@ -2,7 +2,7 @@
 //!
 //! A checkpoint is a directory `OUT/checkpoints/step-NNNNNNNN/` holding
 //! - `model.bpk`: the model's parameters (burnpack, which keeps parameter ids);
-//! - `optimizer.bin`: burn-optim's optimiser state (burnpack);
+//! - `optimizer.bin`: the optimiser's state (burn-optim's `ModuleOptimizer` record, burnpack);
 //! - `state.json`: the loop's [`Progress`] and every strategy's metadata;
 //! - `tensors.bpk`: every strategy's tensors (burnpack), indexed in `state.json`;
 //! - `manifest.json`, written last: the SHA-256 of each file.
