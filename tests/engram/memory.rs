@@ -764,6 +764,26 @@ fn the_bert_memory_figure_is_generated() {
     }
 }
 
+/// The `| threads | engram | PyTorch | engram / PyTorch | … | rounds |` rows of a throughput
+/// figure: `count` rows of `width` cells, threads 1 and 2 in turn, each ratio its medians'
+/// (within the rounding of the printed figures), three rounds in the last cell.
+fn assert_ratio_rows(fig: &str, count: usize, width: usize) {
+    let rows = crate::util::table_rows(fig, "| threads");
+    assert_eq!(rows.len(), count, "{fig}");
+    for (row, threads) in rows.iter().zip(["1", "2"].iter().cycle()) {
+        assert_eq!(row.len(), width, "{row:?}");
+        assert_eq!(row[0], *threads);
+        let (e, t): (f64, f64) = (row[1].parse().unwrap(), row[2].parse().unwrap());
+        let ratio: f64 = row[3].trim_end_matches('×').parse().unwrap();
+        assert!((ratio - e / t).abs() < 0.01, "{row:?}");
+        assert_eq!(
+            row[width - 1].split(", ").count(),
+            3,
+            "three rounds: {row:?}"
+        );
+    }
+}
+
 /// book/src/figures/throughput.md is `bench/throughput.sh`'s output (a golden file: PyTorch is
 /// not run here): the machine, then for the MLP, the recipe CNN and the ViT the command, one row
 /// per thread count with both sides' samples/s, their ratio and each of the three rounds.
@@ -778,16 +798,8 @@ fn the_throughput_figure_is_generated() {
     for m in ["mlp", "cnn", "vit"] {
         assert!(fig.contains(&format!("`--model {m}`: ")), "{m}: {fig}");
     }
-    let rows = crate::util::table_rows(&fig, "| threads");
-    assert_eq!(rows.len(), 6, "{fig}");
-    for (row, threads) in rows.iter().zip(["1", "2"].iter().cycle()) {
-        assert_eq!(row.len(), 5, "{row:?}");
-        assert_eq!(row[0], *threads);
-        let (e, t): (f64, f64) = (row[1].parse().unwrap(), row[2].parse().unwrap());
-        let ratio: f64 = row[3].trim_end_matches('×').parse().unwrap();
-        assert!((ratio - e / t).abs() < 0.01, "{row:?}");
-        assert_eq!(row[4].split(", ").count(), 3, "three rounds: {row:?}");
-    }
+    // The MLP, the CNN, the ViT: 1 and 2 threads.
+    assert_ratio_rows(&fig, 6, 5);
     let script = std::fs::read_to_string(root.join("bench/throughput.sh")).unwrap();
     assert!(script.contains("> book/src/figures/throughput.md.tmp"));
 }
@@ -812,17 +824,8 @@ fn the_bert_throughput_figure_is_generated() {
         ),
         "{fig}"
     );
-    let rows = crate::util::table_rows(&fig, "| threads");
     // Full fine-tuning, LoRA on the weight path, LoRA on the activation path: 1 and 2 threads.
-    assert_eq!(rows.len(), 6, "{fig}");
-    for (row, threads) in rows.iter().zip(["1", "2"].iter().cycle()) {
-        assert_eq!(row.len(), 7, "{row:?}");
-        assert_eq!(row[0], *threads);
-        let (e, t): (f64, f64) = (row[1].parse().unwrap(), row[2].parse().unwrap());
-        let ratio: f64 = row[3].trim_end_matches('×').parse().unwrap();
-        assert!((ratio - e / t).abs() < 0.01, "{row:?}");
-        assert_eq!(row[6].split(", ").count(), 3, "three rounds: {row:?}");
-    }
+    assert_ratio_rows(&fig, 6, 7);
     assert!(fig.contains("5.6 / 12.2 sequences/s"), "{fig}");
     assert!(
         fig.contains("--lora-rank 8`") && fig.contains("--lora-path activation`"),
