@@ -571,4 +571,4 @@ impl LoadedConfig {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -2,11 +2,13 @@
 
 use super::*;
 
-fn load(text: &str) -> Result<LoadedConfig> {
+/// `text` loaded as the experiment file `t.toml`.
+pub(crate) fn load(text: &str) -> Result<LoadedConfig> {
     LoadedConfig::from_source(Path::new("t.toml"), text.to_string())
 }
 
-const MIN: &str = "[data]\ndataset = \"fashion-mnist\"\n[model]\ntype = \"mlp\"\n";
+/// A whole experiment file of the fewest keys.
+pub(crate) const MIN: &str = "[data]\ndataset = \"fashion-mnist\"\n[model]\ntype = \"mlp\"\n";
 
 #[test]
 fn defaults_fill_in() {

@@ -40,11 +40,11 @@ pub struct Sgd {
 }
 
 impl Sgd {
-    /// SGD with momentum `momentum` (`None`, or `Some(0.0)`: none) and weight decay `penalty`
-    /// (`None`: none). Values are rounded to `f32`, as burn-optim does.
-    pub fn new(momentum: Option<f64>, penalty: Option<f32>) -> Self {
+    /// SGD with momentum `momentum` (none at 0) and weight decay `penalty` (`None`: none).
+    /// Values are rounded to `f32`, as burn-optim does.
+    pub fn new(momentum: f64, penalty: Option<f32>) -> Self {
         Self {
-            momentum: momentum.filter(|&m| m > 0.0).map(|m| m as f32),
+            momentum: (momentum > 0.0).then_some(momentum as f32),
             weight_decay: penalty,
         }
     }
@@ -190,8 +190,8 @@ fn fused<const D: usize>(
         Some(Ok(v)) => Some(v),
         None => None,
     };
-    let shape = |t: &FlexTensor| t.layout().shape().clone();
-    if shape(&g) != shape(&p) || v.as_ref().is_some_and(|v| shape(v) != shape(&p)) {
+    let shape = p.layout().shape();
+    if g.layout().shape() != shape || v.as_ref().is_some_and(|v| v.layout().shape() != shape) {
         // Burn's own operations report the mismatch.
         return Err(Box::new((to_tensor(p), to_tensor(g), v.map(to_tensor))));
     }
@@ -354,7 +354,7 @@ mod tests {
                 assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
             }
         };
-        let sgd = Sgd::new(Some(0.9), None);
+        let sgd = Sgd::new(0.9, None);
         let (p, s) = sgd.step(0.1, t([1.0, -2.0]), t([0.5, 0.25]), None);
         close(&p, [0.95, -2.025]);
         close(s.as_ref().unwrap().velocity.as_ref().unwrap(), [0.5, 0.25]);
@@ -362,12 +362,12 @@ mod tests {
         close(&p, [0.855, -2.0725]);
         close(s.unwrap().velocity.as_ref().unwrap(), [0.95, 0.475]);
 
-        let decayed = Sgd::new(Some(0.9), Some(0.1));
+        let decayed = Sgd::new(0.9, Some(0.1));
         let (p, s) = decayed.step(0.1, t([1.0, -2.0]), t([0.5, 0.25]), None);
         close(&p, [0.94, -2.005]);
         close(s.unwrap().velocity.as_ref().unwrap(), [0.6, 0.05]);
 
-        let plain = Sgd::new(Some(0.0), None);
+        let plain = Sgd::new(0.0, None);
         let (p, s) = plain.step(0.1, t([1.0, -2.0]), t([0.5, 0.25]), None);
         close(&p, [0.95, -2.025]);
         assert!(s.unwrap().velocity.is_none());
@@ -387,7 +387,7 @@ mod tests {
             (0.0, Some(0.01)),
         ] {
             on_three_threads(|| {
-                let ours = Sgd::new(Some(momentum), penalty);
+                let ours = Sgd::new(momentum, penalty);
                 let theirs = burn_sgd(momentum, penalty);
                 let start = Tensor::<2>::random([301, 333], Distribution::Default, &d);
                 let (mut p, mut q) = (start.clone(), start);
@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn shared_and_strided_parameters_are_stepped_without_aliasing() {
         let d = Device::flex();
-        let sgd = Sgd::new(Some(0.9), Some(1e-3));
+        let sgd = Sgd::new(0.9, Some(1e-3));
         let p = Tensor::<2>::random([64, 48], Distribution::Default, &d);
         let g = Tensor::<2>::random([64, 48], Distribution::Default, &d);
         let kept = bits(&p);
@@ -464,7 +464,7 @@ mod tests {
             g
         };
         let burn_optim = || ModuleOptimizer::from(burn_sgd(0.9, Some(1e-2)));
-        let ours = || ModuleOptimizer::from(Sgd::new(Some(0.9), Some(1e-2)));
+        let ours = || ModuleOptimizer::from(Sgd::new(0.9, Some(1e-2)));
         let (mut a, mut b) = (burn_optim(), ours());
         let (mut ma, mut mb) = (model.clone(), model);
         for scale in [1.0, 0.25] {

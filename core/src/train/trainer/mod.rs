@@ -233,23 +233,18 @@ mod tests {
         assert!((global_grad_norm(&m, &clipped) - norm / 4.0).abs() < 1e-4 * norm);
     }
 
-    /// A whole experiment file of the fewest keys.
-    const MIN_CONFIG: &str = "[data]\ndataset = \"fashion-mnist\"\n[model]\ntype = \"mlp\"\n";
-
-    fn load(text: &str) -> crate::config::LoadedConfig {
-        crate::config::LoadedConfig::from_source(std::path::Path::new("t.toml"), text.to_string())
-            .unwrap()
-    }
-
     /// `[run] flush_denormals` is off by default and then absent from the config's JSON, so that a
     /// checkpoint written before the key existed keeps its identity; on, it is part of it.
     #[test]
     fn flush_denormals_is_off_by_default_and_only_on_in_the_identity() {
-        let off = load(MIN_CONFIG).config;
+        use crate::config::tests::{MIN, load};
+        let off = load(MIN).unwrap().config;
         assert!(!off.run.flush_denormals);
         let json = serde_json::to_string(&off).unwrap();
         assert!(!json.contains("flush_denormals"), "{json}");
-        let on = load(&format!("[run]\nflush_denormals = true\n{MIN_CONFIG}")).config;
+        let on = load(&format!("[run]\nflush_denormals = true\n{MIN}"))
+            .unwrap()
+            .config;
         assert!(on.run.flush_denormals);
         assert!(
             serde_json::to_string(&on)
@@ -257,7 +252,9 @@ mod tests {
                 .contains("\"flush_denormals\":true")
         );
         assert_ne!(config_identity(&on), config_identity(&off));
-        let explicit_off = load(&format!("[run]\nflush_denormals = false\n{MIN_CONFIG}")).config;
+        let explicit_off = load(&format!("[run]\nflush_denormals = false\n{MIN}"))
+            .unwrap()
+            .config;
         assert_eq!(config_identity(&explicit_off), config_identity(&off));
     }
 }

@@ -470,7 +470,7 @@ impl Prepared {
 /// configured `sgd`, and the fixed optimisers of `engram bench throughput` and GDumb's learner.
 pub fn sgd(momentum: f64, weight_decay: Option<WeightDecayConfig>) -> ModuleOptimizer {
     ModuleOptimizer::from(crate::train::sgd::Sgd::new(
-        Some(momentum),
+        momentum,
         weight_decay.map(|w| w.penalty),
     ))
 }
