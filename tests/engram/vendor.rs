@@ -327,8 +327,21 @@ fn convolution_copies_against_a_direct_convolution() {
             .collect()
     };
     // [batch, in, out, height, width]: the recipe's first and second layers, and a small case
-    // on the generic path in both directions (more than 4 input channels, batch above 4).
-    for [n, ci, co, h, w] in [[8, 1, 16, 10, 10], [24, 16, 32, 14, 14], [5, 6, 5, 6, 7]] {
+    // on the generic path in both directions (more than 4 input channels, batch above 4). On one
+    // thread and on three: the second layer's input gradient (a transposed convolution of 75k
+    // outputs but 22M multiply-adds) is split across the pool by sample only when it has more
+    // than one thread.
+    let cases = [
+        (1, [8, 1, 16, 10, 10]),
+        (3, [24, 16, 32, 14, 14]),
+        (1, [24, 16, 32, 14, 14]),
+        (3, [5, 6, 5, 6, 7]),
+    ];
+    for (threads, [n, ci, co, h, w]) in cases {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
         let xs = int(n * ci * h * w, 1);
         let ws = int(co * ci * 9, 2);
         let gs = int(n * co * h * w, 3);
@@ -336,20 +349,22 @@ fn convolution_copies_against_a_direct_convolution() {
             Tensor::<4>::from_data(TensorData::new(xs.clone(), [n, ci, h, w]), &ad).require_grad();
         let wt =
             Tensor::<4>::from_data(TensorData::new(ws.clone(), [co, ci, 3, 3]), &ad).require_grad();
-        let out = module::conv2d(
-            x.clone(),
-            wt.clone(),
-            None,
-            ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
-        );
-        let g = Tensor::<4>::from_data(TensorData::new(gs.clone(), [n, co, h, w]), &ad);
-        let grads = (out.clone() * g).sum().backward();
         let v = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
-        let (out, dx, dw) = (
-            v(out),
-            v(x.grad(&grads).unwrap()),
-            v(wt.grad(&grads).unwrap()),
-        );
+        let (out, dx, dw) = pool.install(|| {
+            let out = module::conv2d(
+                x.clone(),
+                wt.clone(),
+                None,
+                ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
+            );
+            let g = Tensor::<4>::from_data(TensorData::new(gs.clone(), [n, co, h, w]), &ad);
+            let grads = (out.clone() * g).sum().backward();
+            (
+                v(out),
+                v(x.grad(&grads).unwrap()),
+                v(wt.grad(&grads).unwrap()),
+            )
+        });
         let xi = |b: usize, c: usize, y: isize, z: isize| -> f64 {
             if y < 0 || z < 0 || y >= h as isize || z >= w as isize {
                 0.0
@@ -393,13 +408,10 @@ fn convolution_copies_against_a_direct_convolution() {
             }
         }
         let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
-        assert_eq!(out, f(want_out), "[{n}, {ci}, {co}, {h}, {w}] output");
-        assert_eq!(dx, f(want_dx), "[{n}, {ci}, {co}, {h}, {w}] input gradient");
-        assert_eq!(
-            dw,
-            f(want_dw),
-            "[{n}, {ci}, {co}, {h}, {w}] weight gradient"
-        );
+        let case = format!("[{n}, {ci}, {co}, {h}, {w}] on {threads} thread(s)");
+        assert_eq!(out, f(want_out), "{case}: output");
+        assert_eq!(dx, f(want_dx), "{case}: input gradient");
+        assert_eq!(dw, f(want_dw), "{case}: weight gradient");
     }
 }
 

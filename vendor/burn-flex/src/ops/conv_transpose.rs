@@ -504,20 +504,34 @@ fn conv_transpose3d_impl<
         }
     };
 
+    // (engram patch.) Split the batch and groups across the pool when either the output or the
+    // GEMM work is large: a small output can still carry a large GEMM (the input gradient of a
+    // 16 -> 32 channel 3x3 convolution at batch 64 on 14x14 is 200,704 outputs but 58M
+    // multiply-adds, which ran on one thread). Each (batch, group) writes its own output chunk
+    // with its own columns, so the result does not depend on the split. The GEMM overwrites the
+    // columns (it does not read them), so one buffer serves every group a worker takes.
+    #[cfg(feature = "rayon")]
+    let gemm_work = total_groups
+        .saturating_mul(col_ch)
+        .saturating_mul(in_channels_per_group)
+        .saturating_mul(in_spatial);
     #[cfg(feature = "rayon")]
     if total_groups > 1
-        && (total_groups * out_channels_per_group * out_spatial) >= super::PARALLEL_THRESHOLD
+        && ((total_groups * out_channels_per_group * out_spatial) >= super::PARALLEL_THRESHOLD
+            || gemm_work >= GEMM_PARALLEL_WORK)
     {
         use rayon::prelude::*;
         output
             .par_chunks_mut(group_chunk_len)
             .enumerate()
-            .for_each(|(bg, group_output)| {
-                let b = bg / groups;
-                let g = bg % groups;
-                let mut columns = vec![zero; columns_len];
-                process_group(b, g, group_output, &mut columns);
-            });
+            .for_each_init(
+                || vec![zero; columns_len],
+                |columns, (bg, group_output)| {
+                    let b = bg / groups;
+                    let g = bg % groups;
+                    process_group(b, g, group_output, columns);
+                },
+            );
     } else {
         let mut columns = vec![zero; columns_len];
         for (bg, group_output) in output.chunks_mut(group_chunk_len).enumerate() {
