@@ -327,10 +327,10 @@ fn convolution_copies_against_a_direct_convolution() {
             .collect()
     };
     // [batch, in, out, height, width]: the recipe's first and second layers, and a small case
-    // on the generic path in both directions (more than 4 input channels, batch above 4). On one
-    // thread and on three: the second layer's input gradient (a transposed convolution of 75k
-    // outputs but 22M multiply-adds) is split across the pool by sample only when it has more
-    // than one thread.
+    // on the generic path in both directions (more than 4 input channels, batch above 4). In
+    // pools of one thread and of three: the second layer's input gradient (a transposed
+    // convolution of 75k outputs but 22M multiply-adds) is split by sample, one column buffer a
+    // worker, and must give the same sums on one worker as on three.
     let cases = [
         (1, [8, 1, 16, 10, 10]),
         (3, [24, 16, 32, 14, 14]),

@@ -76,7 +76,7 @@ fn per_channel<T: Send>(channels: usize, elements: usize, f: impl Fn(usize) -> T
 }
 
 /// Fills `out` (`[batch, channels·spatial]`) sample by sample with `f(sample_in, sample_out)`.
-fn per_sample(out: &mut [f32], sample: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+fn per_sample<T: Send>(out: &mut [T], sample: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     #[cfg(feature = "rayon")]
     if crate::par::worth_splitting(out.len()) {
         out.par_chunks_mut(sample)
@@ -102,22 +102,7 @@ unsafe fn new_per_sample(
     f: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync,
 ) -> Vec<f32> {
     let mut out = Vec::<f32>::with_capacity(len);
-    let slots = &mut out.spare_capacity_mut()[..len];
-    #[cfg(feature = "rayon")]
-    let split = crate::par::worth_splitting(len);
-    #[cfg(not(feature = "rayon"))]
-    let split = false;
-    if split {
-        #[cfg(feature = "rayon")]
-        slots
-            .par_chunks_mut(sample)
-            .enumerate()
-            .for_each(|(i, o)| f(i, o));
-    } else {
-        for (i, o) in slots.chunks_mut(sample).enumerate() {
-            f(i, o);
-        }
-    }
+    per_sample(&mut out.spare_capacity_mut()[..len], sample, f);
     // SAFETY: `f` wrote every element of every chunk (the caller's contract), and the chunks
     // cover all `len` slots.
     unsafe { out.set_len(len) };
