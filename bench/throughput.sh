@@ -33,7 +33,10 @@ first = json.load(open(f"{w}/mlp-round-1.json"))
 print(f"`engram bench throughput --model M --python PY` on {cpu} ({simd}), PyTorch {first['torch']}, "
       "3 alternated rounds a model, medians (samples/s). The ratio moves from machine to machine "
       "(on the AMD EPYC Zen 4 the CPU-speed issue was filed on, an older engram's MLP measured "
-      "1.19–1.51× / 1.03–1.28× at 1 / 2 threads).")
+      "1.19–1.51× / 1.03–1.28× at 1 / 2 threads). Beside each multi-thread round, in ns, a cache "
+      "line's round trip between the two cores measured just before it: on a cloud VM the host "
+      "can place the two vCPUs on distant cores for seconds at a time, and a 2-thread round run "
+      "then gets little from its second core (`bench/profile/README.md`).")
 for m in ("mlp", "cnn", "vit"):
     rounds = [json.load(open(f)) for f in sorted(glob.glob(f"{w}/{m}-round-*.json"))]
     r0 = rounds[0]
@@ -45,7 +48,9 @@ for m in ("mlp", "cnn", "vit"):
     for i, row in enumerate(r0["rows"]):
         e = [r["rows"][i]["engram_samples_per_s"] for r in rounds]
         t = [r["rows"][i]["torch_samples_per_s"] for r in rounds]
-        each = ", ".join(f"{a:.0f} / {b:.0f}" for a, b in zip(e, t))
+        trips = [r["rows"][i]["rounds"][0]["engram"].get("core_round_trip_ns") for r in rounds]
+        each = ", ".join(f"{a:.0f} / {b:.0f}" + (f" ({ns:.0f} ns)" if ns else "")
+                         for a, b, ns in zip(e, t, trips))
         print(f"| {row['threads']} | {st.median(e):.0f} | {st.median(t):.0f} | "
               f"{st.median(e) / st.median(t):.2f}× | {each} |")
 EOF

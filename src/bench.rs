@@ -209,6 +209,85 @@ pub fn throughput_of(
     })
 }
 
+/// Mean time (nanoseconds) for a cache line to go from one thread to another and back, over
+/// about `window` of back-and-forth between two threads that spin on one atomic; `None` with
+/// fewer than two CPUs available, or when the two threads did not both get a core within
+/// `4 × window` (a busy machine).
+///
+/// Each round trip is two cache-line transfers between the cores the two threads run on, so it
+/// says how far apart they are: two cores of one chiplet answer in tens of nanoseconds, cores on
+/// distant chiplets or sockets in hundreds. On a 2-vCPU cloud VM the host sometimes places the
+/// two vCPUs far apart for seconds at a time, and every parallel region of a 2-thread training
+/// step then pays that distance for each line its threads share (`bench/profile/README.md`:
+/// the MLP's 2-thread step fell to its 1-thread speed there). `engram bench throughput` prints
+/// it beside each multi-thread round so that a slow round can be told from a slow step. Takes
+/// `window` plus a thread's start, at most `4 × window`.
+pub fn core_round_trip_ns(window: std::time::Duration) -> Option<f64> {
+    use std::hint::spin_loop;
+    use std::sync::atomic::{AtomicU32, Ordering::*};
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return None;
+    }
+    /// The value that tells the other thread to stop.
+    const STOP: u32 = u32::MAX;
+    /// Untimed trips first (the other thread starting, both cores waking).
+    const WARMUP: u32 = 1024;
+    // Trip `i` sets the line to `2i + 1` here and the other thread answers with `2i + 2`.
+    let line = AtomicU32::new(0);
+    // A thread the OS has not scheduled answers after a time slice, or never on a busy machine:
+    // past this the probe gives up.
+    let deadline = Instant::now() + window * 4;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut want = 1;
+            loop {
+                match line.load(Acquire) {
+                    STOP => return,
+                    // A compare-exchange, so that an answer never overwrites STOP.
+                    v if v == want => {
+                        if line
+                            .compare_exchange(want, want + 1, AcqRel, Acquire)
+                            .is_ok()
+                        {
+                            want += 2;
+                        }
+                    }
+                    _ => spin_loop(),
+                }
+            }
+        });
+        let mut start = Instant::now();
+        let mut trip = 0u32;
+        let timed = 'trips: loop {
+            if trip == WARMUP {
+                start = Instant::now();
+            }
+            line.store(2 * trip + 1, Release);
+            let mut spins = 0u32;
+            while line.load(Acquire) != 2 * trip + 2 {
+                spin_loop();
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(4096) && Instant::now() > deadline {
+                    break 'trips 0;
+                }
+            }
+            trip += 1;
+            // The clock only every 256 trips: reading it costs about as much as a trip.
+            if trip.is_multiple_of(256) {
+                if trip > WARMUP && (start.elapsed() >= window || trip >= STOP / 4) {
+                    break trip - WARMUP;
+                }
+                if Instant::now() > deadline {
+                    break 0;
+                }
+            }
+        };
+        let ns = start.elapsed().as_secs_f64() * 1e9 / f64::from(timed);
+        line.store(STOP, Release);
+        (timed > 0).then_some(ns)
+    })
+}
+
 /// This process's peak resident set size in bytes (`VmHWM` of `/proc/self/status`), where the
 /// system has one (Linux).
 pub fn peak_rss_bytes() -> Option<u64> {

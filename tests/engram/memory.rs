@@ -243,10 +243,25 @@ fn throughput_bench_reports_each_thread_count() {
     assert_eq!(v["steps"], 3);
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{v}");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (row, n) in rows.iter().zip([1, 2]) {
         assert_eq!(row["threads"], n);
         assert!(row["engram_samples_per_s"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["torch_samples_per_s"].is_null(), "{row}");
+        // The cores' distance before a multi-thread round only, where there are two cores
+        // (none either when the tests beside this one kept the probe's second thread off a
+        // core past its deadline).
+        let trip = &row["rounds"][0]["engram"]["core_round_trip_ns"];
+        match trip.as_f64() {
+            Some(ns) => {
+                assert!(n > 1 && cpus > 1 && ns > 1.0, "{row}");
+                assert!(
+                    msg.contains(&format!("between two cores: {ns:.0} ns)")),
+                    "{msg}"
+                );
+            }
+            None => assert!(trip.is_null(), "{row}"),
+        }
     }
     assert!(msg.contains("PyTorch comparison skipped"), "{msg}");
     let (code, msg) = run(&["bench", "throughput", "--threads", "1,x"]);
@@ -790,6 +805,11 @@ fn the_throughput_figure_is_generated() {
     }
     // The MLP, the CNN, the ViT: 1 and 2 threads.
     assert_ratio_rows(&fig, 6, 5);
+    // Each 2-thread round with the cores' round trip measured before it, on a 2-core machine.
+    for row in crate::util::table_rows(&fig, "| threads") {
+        let with_trip = row[4].split(", ").filter(|r| r.ends_with(" ns)")).count();
+        assert_eq!(with_trip, if row[0] == "2" { 3 } else { 0 }, "{row:?}");
+    }
     let script = std::fs::read_to_string(root.join("bench/throughput.sh")).unwrap();
     assert!(script.contains("> book/src/figures/throughput.md.tmp"));
 }

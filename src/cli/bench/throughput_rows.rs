@@ -117,12 +117,21 @@ pub fn rows(a: &ThroughputArgs, r: &Resolved, counts: &[usize]) -> Result<Rows> 
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); counts.len()];
     for round in 1..=a.rounds {
         for (i, &n) in counts.iter().enumerate() {
-            let e = engram_child(a, n)?;
+            // How far apart the cores are just before a multi-thread round (see
+            // `core_round_trip_ns`): on a VM it can change from one round to the next.
+            let trip = (n > 1)
+                .then(|| engram::bench::core_round_trip_ns(std::time::Duration::from_millis(20)))
+                .flatten();
+            let mut e = engram_child(a, n)?;
+            e["core_round_trip_ns"] = json!(trip);
             let t = twin(a, r, n);
             println!(
-                "round {round}, {n} thread(s): engram {} samples/s, PyTorch {}",
+                "round {round}, {n} thread(s): engram {} samples/s, PyTorch {}{}",
                 cell(e["train_samples_per_s"].as_f64()),
-                cell(t.as_ref().and_then(|t| t["train_samples_per_s"].as_f64()))
+                cell(t.as_ref().and_then(|t| t["train_samples_per_s"].as_f64())),
+                trip.map_or(String::new(), |ns| format!(
+                    " (a cache line's round trip between two cores: {ns:.0} ns)"
+                ))
             );
             runs[i].push((e, t));
         }
