@@ -5,7 +5,7 @@
 //! gradient summed by hand on integer-valued inputs, where every order gives the same sum.
 
 use engram::core::burn::tensor::ops::MaxPoolOptions;
-use engram::core::burn::tensor::{Device, Distribution, Tensor, TensorData, module};
+use engram::core::burn::tensor::{DType, Device, Distribution, Tensor, TensorData, module};
 
 /// FNV-1a over the bit patterns of `values`: a digest that moves with any bit of any value.
 fn digest(values: &[f32]) -> u64 {
@@ -59,6 +59,30 @@ fn random_tensors_are_the_published_draws() {
         .unwrap();
     assert_eq!(mask.iter().filter(|&&x| x == 1.0).count(), 971);
     assert_eq!(mask.iter().filter(|&&x| x == 0.0).count(), 1073 - 971);
+    // f32 masks are drawn in blocks of words (`bernoulli_f32`); f64 ones still one sampler call
+    // an element. The same seed gives the same mask in both, over several blocks and a partial
+    // one, and leaves the generator in the same place (the next draw is the same too).
+    for p in [0.0, 0.1, 0.9, 0.999_999] {
+        let draw = |dtype: DType| -> (Vec<f32>, Vec<f32>) {
+            device.seed(77);
+            let like = Tensor::<1>::zeros([5_000], &device).cast(dtype);
+            let mask = like.random_like(Distribution::Bernoulli(p));
+            let next = Tensor::<1>::random([3], Distribution::Default, &device);
+            let v = |t: Tensor<1>| t.cast(DType::F32).into_data().try_to_vec::<f32>().unwrap();
+            (v(mask), v(next))
+        };
+        let (f32s, after_f32) = draw(DType::F32);
+        let (f64s, after_f64) = draw(DType::F64);
+        assert_eq!(digest(&f32s), digest(&f64s), "Bernoulli({p})");
+        assert_eq!(
+            digest(&after_f32),
+            digest(&after_f64),
+            "after Bernoulli({p})"
+        );
+        let ones = f32s.iter().filter(|&&x| x == 1.0).count();
+        assert_eq!(ones + f32s.iter().filter(|&&x| x == 0.0).count(), 5_000);
+        assert!((ones as f64 - 5_000.0 * p).abs() < 5.0 * (5_000.0 * p * (1.0 - p)).sqrt() + 1.0);
+    }
 }
 
 /// The 2x2, stride-2 max pool's own loop against the generic loop (reached by `ceil_mode` on an
@@ -634,6 +658,94 @@ fn matmul_outputs_written_whatever_the_memory_held() {
     poison(bs * m * n);
     let got = ta.matmul(one).into_data().try_to_vec::<f32>().unwrap();
     assert_eq!(digest(&got), digest(&want), "broadcast");
+}
+
+/// GELU's f32 forward and backward in vector registers (`vendor/burn-flex/src/ops/gelu.rs`)
+/// against the published crate's scalar formulas with libm 0.2.16's `erff` and `f32::exp`, bit
+/// for bit: the forward on every 61st f32 bit pattern (70 M values: every sign, exponent,
+/// NaNs, infinities, subnormals), the backward on every 997th with an upstream gradient that
+/// varies, both in place (the only handle) and allocating (a second handle kept), on a
+/// transposed view, and at 1, 2 and 3 threads.
+#[test]
+fn gelu_is_libm_bit_for_bit() {
+    use engram::core::burn::tensor::activation::gelu;
+    let published = |x: f32| 0.5 * x * (1.0 + libm::erff(x / std::f32::consts::SQRT_2));
+    let published_grad = |x: f32, g: f32| {
+        let cdf = 0.5 * (1.0 + libm::erff(x / std::f32::consts::SQRT_2));
+        let pdf = 1.0 / (2.0 * std::f32::consts::PI).sqrt() * (-0.5 * x * x).exp();
+        g * (cdf + x * pdf)
+    };
+    // Equal bits, or both NaN (a NaN's payload is not part of the claim).
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let device = Device::flex();
+    const CHUNK: usize = 1 << 20;
+    let patterns: Vec<f32> = (0..=u32::MAX / 61)
+        .map(|i| f32::from_bits(i * 61))
+        .collect();
+    for xs in patterns.chunks(CHUNK) {
+        let n = xs.len();
+        let t = Tensor::<1>::from_data(TensorData::new(xs.to_vec(), [n]), &device);
+        let kept = t.clone();
+        let allocating = gelu(kept.clone()).into_data().try_to_vec::<f32>().unwrap();
+        drop(kept);
+        let in_place = gelu(t).into_data().try_to_vec::<f32>().unwrap();
+        for (i, &x) in xs.iter().enumerate() {
+            let want = published(x);
+            assert!(
+                same(in_place[i], want),
+                "GELU({x:e}) = {:e}, published {want:e}",
+                in_place[i]
+            );
+            assert!(same(allocating[i], want), "GELU({x:e}) allocating");
+        }
+    }
+    // The backward: d/dx Σ GELU(x)·w hands GELU's backward the gradient w.
+    let xs: Vec<f32> = (0..=u32::MAX / 997)
+        .map(|i| f32::from_bits(i * 997))
+        .collect();
+    let ws: Vec<f32> = spread(xs.len(), 5);
+    let n = xs.len();
+    let run = |threads: usize| -> [Vec<f32>; 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let ad = Device::flex().autodiff();
+            let x = Tensor::<1>::from_data(TensorData::new(xs.clone(), [n]), &ad).require_grad();
+            let w = Tensor::<1>::from_data(TensorData::new(ws.clone(), [n]), &ad);
+            let grads = (gelu(x.clone()) * w).sum().backward();
+            let grad = x
+                .grad(&grads)
+                .unwrap()
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap();
+            // a transposed view (n = 7 × 615,413), back to rows after
+            let x2 = Tensor::<2>::from_data(TensorData::new(xs.clone(), [7, n / 7]), &device);
+            let transposed = gelu(x2.transpose()).transpose().reshape([n]);
+            [grad, transposed.into_data().try_to_vec::<f32>().unwrap()]
+        })
+    };
+    let [grad, transposed] = run(1);
+    for (i, (&x, &w)) in xs.iter().zip(&ws).enumerate() {
+        let want = published_grad(x, w);
+        assert!(
+            same(grad[i], want),
+            "GELU'({x:e})·{w} = {:e}, published {want:e}",
+            grad[i]
+        );
+        assert!(same(transposed[i], published(x)), "GELU({x:e}) transposed");
+    }
+    for threads in [2, 3] {
+        let [g, t] = run(threads);
+        assert_eq!(digest(&g), digest(&grad), "backward at {threads} threads");
+        assert_eq!(
+            digest(&t),
+            digest(&transposed),
+            "transposed at {threads} threads"
+        );
+    }
 }
 
 /// ReLU through Burn's activation (flex's unary closure).

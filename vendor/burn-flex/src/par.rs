@@ -40,7 +40,7 @@ pub(crate) fn worth_splitting(len: usize) -> bool {
 /// Chunk length for `len` elements: about four chunks a thread (so a thread
 /// that finishes early steals work), a multiple of 64 elements.
 #[cfg(feature = "rayon")]
-fn chunk_len(len: usize) -> usize {
+pub(crate) fn chunk_len(len: usize) -> usize {
     let pieces = rayon::current_num_threads() * 4;
     len.div_ceil(pieces).next_multiple_of(64).max(GRAIN / 4)
 }

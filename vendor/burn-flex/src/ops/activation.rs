@@ -68,31 +68,36 @@ impl ActivationOps<Flex> for Flex {
 
     fn gelu(tensor: FloatTensor<Flex>) -> FloatTensor<Flex> {
         // 0.5 * x * (1 + erf(x / sqrt(2)))
-        use crate::ops::unary::{erf_f32, erf_f64};
-        let sqrt2_f32: f32 = core::f32::consts::SQRT_2;
+        // (engram patch.) f32 (and f16/bf16 through it) with PyTorch's
+        // vectorised erf, in vector registers (ops/gelu.rs); f64 keeps libm.
+        if tensor.dtype() == DType::F32 {
+            return crate::ops::gelu::forward(tensor);
+        }
+        use crate::ops::unary::erf_f64;
         let sqrt2_f64: f64 = core::f64::consts::SQRT_2;
-        unary_op(
-            tensor,
-            move |x: f32| 0.5 * x * (1.0 + erf_f32(x / sqrt2_f32)),
-            move |x: f64| 0.5 * x * (1.0 + erf_f64(x / sqrt2_f64)),
-        )
+        unary_op(tensor, crate::ops::gelu::gelu, move |x: f64| {
+            0.5 * x * (1.0 + erf_f64(x / sqrt2_f64))
+        })
     }
 
     fn gelu_backward(x: FloatTensor<Flex>, grad: FloatTensor<Flex>) -> FloatTensor<Flex> {
         // d/dx[gelu(x)] = 0.5 * (1 + erf(x/sqrt(2))) + x * (1/sqrt(2*pi)) * exp(-x^2/2)
-        use crate::ops::unary::{erf_f32, erf_f64};
-        let sqrt2_f32: f32 = core::f32::consts::SQRT_2;
+        // (engram patch.) As `gelu` above.
+        let (x, grad) = if x.dtype() == DType::F32 && grad.dtype() == DType::F32 {
+            match crate::ops::gelu::backward(x, grad) {
+                Ok(out) => return out,
+                Err(both) => both,
+            }
+        } else {
+            (x, grad)
+        };
+        use crate::ops::unary::erf_f64;
         let sqrt2_f64: f64 = core::f64::consts::SQRT_2;
-        let inv_sqrt_2pi_f32: f32 = 1.0 / (2.0 * core::f32::consts::PI).sqrt();
         let inv_sqrt_2pi_f64: f64 = 1.0 / (2.0 * core::f64::consts::PI).sqrt();
         binary_op(
             x,
             grad,
-            move |x: f32, g| {
-                let cdf = 0.5 * (1.0 + erf_f32(x / sqrt2_f32));
-                let pdf = inv_sqrt_2pi_f32 * (-0.5 * x * x).exp();
-                g * (cdf + x * pdf)
-            },
+            crate::ops::gelu::gelu_grad,
             move |x: f64, g| {
                 let cdf = 0.5 * (1.0 + erf_f64(x / sqrt2_f64));
                 let pdf = inv_sqrt_2pi_f64 * (-0.5 * x * x).exp();

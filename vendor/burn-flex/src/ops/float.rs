@@ -49,6 +49,37 @@ macro_rules! random_data {
     }};
 }
 
+/// (engram patch.) `Distribution::Bernoulli(p)` in f32 for `0 ≤ p < 1`: the
+/// values `random_data!` gives, drawn faster. rand 0.10's `Bernoulli::sample`
+/// draws one `u64` an element (`rng.random::<u64>()`, which is
+/// `next_u64`) and returns `v < p_int` with `p_int = (p · 2⁶⁴) as u64`; here
+/// the same words come from the generator in blocks (`RngExt::fill` on a
+/// `u64` slice is `fill_bytes`, which hands out the block generator's words in
+/// the order `next_u64` does, little-endian), then the same comparison. On a
+/// MiniLM training step the per-element sampler was about 5 % of the time
+/// (29 M draws).
+fn bernoulli_f32(shape: Shape, p: f64, rng: &mut crate::backend::FlexRng) -> TensorData {
+    use burn_std::rand::RngExt;
+    /// rand's `Bernoulli` scale, 2⁶⁴.
+    const SCALE: f64 = 2.0 * (1u64 << 63) as f64;
+    let p_int = (p * SCALE) as u64;
+    let n = shape.num_elements();
+    let mut data: Vec<f32> = Vec::with_capacity(n);
+    let mut words = [0u64; 1024];
+    let mut left = n;
+    while left > 0 {
+        let take = left.min(words.len());
+        rng.fill(&mut words[..take]);
+        data.extend(
+            words[..take]
+                .iter()
+                .map(|&v| if v < p_int { 1.0f32 } else { 0.0 }),
+        );
+        left -= take;
+    }
+    TensorData::new(data, shape)
+}
+
 impl FloatTensorOps<Flex> for Flex {
     fn float_from_data(data: TensorData, _device: &Device<Flex>) -> FloatTensor<Flex> {
         FlexTensor::from_data(data)
@@ -64,9 +95,13 @@ impl FloatTensorOps<Flex> for Flex {
         let mut rng = seed.take().unwrap_or_else(crate::backend::get_seeded_rng);
         let data = match dtype {
             FloatDType::F64 => random_data!(f64, shape, distribution, &mut rng),
-            FloatDType::F32 | FloatDType::Flex32 => {
-                random_data!(f32, shape, distribution, &mut rng)
-            }
+            FloatDType::F32 | FloatDType::Flex32 => match distribution {
+                // (engram patch.) Dropout's masks without a sampler call an element.
+                Distribution::Bernoulli(p) if (0.0..1.0).contains(&p) => {
+                    bernoulli_f32(shape, p, &mut rng)
+                }
+                _ => random_data!(f32, shape, distribution, &mut rng),
+            },
             FloatDType::F16 => TensorData::random::<f16, _, _>(shape, distribution, &mut rng),
             FloatDType::BF16 => TensorData::random::<bf16, _, _>(shape, distribution, &mut rng),
         };

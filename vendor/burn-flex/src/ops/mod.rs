@@ -110,6 +110,8 @@ pub mod fft;
 pub mod flip;
 mod float;
 pub mod gather_scatter;
+// (engram patch.) GELU in f32 vectorised, PyTorch's erf (gelu.rs).
+pub(crate) mod gelu;
 pub mod grid_sample;
 mod int;
 pub mod interpolate;
