@@ -13,8 +13,9 @@
 //! below for the instruction set macerator dispatches to, and the results are
 //! libm's bits on every instruction set, thread count and layout (the test
 //! `vendor::gelu_is_libm_bit_for_bit` compares every 61st f32 bit pattern).
-//! The backward's `f32::exp` stays the platform's scalar call, in a loop of its
-//! own over a block that the vector loop then reads.
+//! The backward's `f32::exp` is computed for a block of 256 into a buffer the
+//! vector loop then reads: glibc's bits in vector registers where `expf.rs`
+//! gives them, else the platform's scalar call.
 
 use alloc::vec::Vec;
 use burn_backend::DType;
@@ -213,18 +214,27 @@ fn forward_map_body(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
     }
 }
 
+/// `(-0.5 * x * x).exp()` for a block: glibc's bits in vector registers where
+/// `expf.rs` gives them, else the platform's scalar call.
 #[inline(always)]
-fn exps(x: &[f32], e: &mut [f32; BLOCK]) {
-    for (e, &x) in e.iter_mut().zip(x) {
-        *e = (-0.5 * x * x).exp();
+fn exps(x: &[f32], e: &mut [f32; BLOCK], vector: bool) {
+    if vector {
+        for (e, &x) in e.iter_mut().zip(x) {
+            *e = crate::ops::expf::expf(-0.5 * x * x);
+        }
+    } else {
+        for (e, &x) in e.iter_mut().zip(x) {
+            *e = (-0.5 * x * x).exp();
+        }
     }
 }
 
 #[inline(always)]
 fn backward_in_place_body(g: &mut [f32], x: &[f32]) {
+    let vector = crate::ops::expf::vector_ok();
     let mut e = [0.0f32; BLOCK];
     for (g, x) in g.chunks_mut(BLOCK).zip(x.chunks(BLOCK)) {
-        exps(x, &mut e);
+        exps(x, &mut e, vector);
         for ((g, &x), &e) in g.iter_mut().zip(x).zip(&e) {
             *g = gelu_grad_with(x, *g, e);
         }
@@ -233,13 +243,14 @@ fn backward_in_place_body(g: &mut [f32], x: &[f32]) {
 
 #[inline(always)]
 fn backward_map_body(dst: &mut [MaybeUninit<f32>], x: &[f32], g: &[f32]) {
+    let vector = crate::ops::expf::vector_ok();
     let mut e = [0.0f32; BLOCK];
     for ((d, x), g) in dst
         .chunks_mut(BLOCK)
         .zip(x.chunks(BLOCK))
         .zip(g.chunks(BLOCK))
     {
-        exps(x, &mut e);
+        exps(x, &mut e, vector);
         for (((d, &x), &g), &e) in d.iter_mut().zip(x).zip(g).zip(&e) {
             d.write(gelu_grad_with(x, g, e));
         }

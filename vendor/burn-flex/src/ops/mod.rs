@@ -105,6 +105,8 @@ pub mod conv_weight_grad;
 pub mod cumulative;
 pub mod deform_conv;
 pub mod expand;
+// (engram patch.) f32 exp vectorised with glibc's bits (expf.rs).
+pub(crate) mod expf;
 #[cfg(feature = "fft")]
 pub mod fft;
 pub mod flip;

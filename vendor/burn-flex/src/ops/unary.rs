@@ -167,6 +167,11 @@ where
 
 /// Exponential: e^x
 pub fn exp(tensor: FlexTensor) -> FlexTensor {
+    // (engram patch.) f32 in vector registers where that is the platform's
+    // bits (ops/expf.rs).
+    if tensor.dtype() == DType::F32 && crate::ops::expf::vector_ok() {
+        return crate::ops::expf::forward(tensor);
+    }
     unary_op(tensor, |x| x.exp(), |x| x.exp())
 }
 
