@@ -362,10 +362,7 @@ fn convolution_copies_against_a_direct_convolution() {
         (3, [5, 6, 5, 6, 7]),
     ];
     for (threads, [n, ci, co, h, w]) in cases {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        let pool = pool(threads);
         let xs = int(n * ci * h * w, 1);
         let ws = int(co * ci * 9, 2);
         let gs = int(n * co * h * w, 3);
@@ -526,10 +523,7 @@ fn elementwise_ops_split_across_threads_as_one_thread() {
     let a = spread(N, 1);
     let b: Vec<f32> = spread(N, 2).iter().map(|x| x * 0.37 + 0.01).collect();
     let run = |threads: usize| -> Vec<Vec<f32>> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        let pool = pool(threads);
         pool.install(|| {
             let device = Device::flex();
             let t = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [N]), &device);
@@ -706,10 +700,7 @@ fn gelu_is_libm_bit_for_bit() {
     let ws: Vec<f32> = spread(xs.len(), 5);
     let n = xs.len();
     let run = |threads: usize| -> [Vec<f32>; 2] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        let pool = pool(threads);
         pool.install(|| {
             let ad = Device::flex().autodiff();
             let x = Tensor::<1>::from_data(TensorData::new(xs.clone(), [n]), &ad).require_grad();
@@ -760,10 +751,7 @@ fn exp_is_the_platform_s_bit_for_bit() {
         .map(|i| f32::from_bits(i * 61))
         .collect();
     for threads in [1, 2] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
+        let pool = pool(threads);
         pool.install(|| {
             let device = Device::flex();
             for xs in patterns.chunks(1 << 20) {
@@ -788,6 +776,14 @@ fn exp_is_the_platform_s_bit_for_bit() {
             }
         });
     }
+}
+
+/// A rayon pool of `threads` threads, for the kernels' split.
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
 }
 
 /// ReLU through Burn's activation (flex's unary closure).

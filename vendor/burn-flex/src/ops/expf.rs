@@ -16,12 +16,9 @@
 //! pattern with `f32::exp`. It serves `float_exp` (the softmax's exp under
 //! autodiff) and GELU's backward (`gelu.rs`).
 
-use alloc::vec::Vec;
-use burn_backend::DType;
-use burn_std::Bytes;
 use core::mem::MaybeUninit;
 
-use crate::{FlexTensor, Layout};
+use crate::FlexTensor;
 
 /// `32 / ln 2`.
 const INV_LN2_N: f64 = f64::from_bits(0x4047_1547_652b_82fe);
@@ -145,6 +142,7 @@ fn map_body(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
 #[cfg(feature = "simd")]
 mod dispatched {
     use core::mem::MaybeUninit;
+
     use macerator::Simd;
 
     #[macerator::with_simd]
@@ -166,22 +164,5 @@ use {in_place_body as in_place, map_body as map};
 /// `exp` of an f32 tensor (any layout) when [`vector_ok`], in place when the
 /// tensor is its storage's only handle.
 pub(crate) fn forward(tensor: FlexTensor) -> FlexTensor {
-    debug_assert_eq!(tensor.dtype(), DType::F32);
-    let mut tensor = tensor.into_contiguous();
-    let n = tensor.layout().num_elements();
-    if let Some(s) = tensor.try_storage_mut::<f32>() {
-        crate::par::chunks_mut(&mut s[..n], in_place);
-        return tensor;
-    }
-    let src: &[f32] = &tensor.storage::<f32>()[..n];
-    let mut out = Vec::<f32>::with_capacity(n);
-    crate::par::zip_chunks_mut(&mut out.spare_capacity_mut()[..n], src, map);
-    // SAFETY: the chunks cover `0..n`, and `map` wrote every element.
-    unsafe { out.set_len(n) };
-    let shape = tensor.layout().shape().clone();
-    FlexTensor::new(
-        Bytes::from_elems(out),
-        Layout::contiguous(shape),
-        DType::F32,
-    )
+    crate::ops::gelu::map_f32(tensor, in_place, map)
 }

@@ -294,17 +294,28 @@ use {
 /// GELU of an f32 tensor (any layout), in place when the tensor is its
 /// storage's only handle.
 pub(crate) fn forward(tensor: FlexTensor) -> FlexTensor {
+    map_f32(tensor, forward_in_place, forward_map)
+}
+
+/// An f32 tensor (any layout) through a slice kernel: `in_place` over its
+/// storage when it is the storage's only handle, else `map` into a new
+/// buffer; split across threads (`crate::par`). Shared with `expf.rs`.
+pub(crate) fn map_f32(
+    tensor: FlexTensor,
+    in_place: fn(&mut [f32]),
+    map: fn(&mut [MaybeUninit<f32>], &[f32]),
+) -> FlexTensor {
     debug_assert_eq!(tensor.dtype(), DType::F32);
     let mut tensor = tensor.into_contiguous();
     let n = tensor.layout().num_elements();
     if let Some(s) = tensor.try_storage_mut::<f32>() {
-        crate::par::chunks_mut(&mut s[..n], forward_in_place);
+        crate::par::chunks_mut(&mut s[..n], in_place);
         return tensor;
     }
     let src: &[f32] = &tensor.storage::<f32>()[..n];
     let mut out = Vec::<f32>::with_capacity(n);
-    crate::par::zip_chunks_mut(&mut out.spare_capacity_mut()[..n], src, forward_map);
-    // SAFETY: the chunks cover `0..n`, and `forward_map` wrote every element.
+    crate::par::zip_chunks_mut(&mut out.spare_capacity_mut()[..n], src, map);
+    // SAFETY: the chunks cover `0..n`, and `map` writes every element.
     unsafe { out.set_len(n) };
     let shape = tensor.layout().shape().clone();
     FlexTensor::new(
