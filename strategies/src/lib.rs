@@ -24,6 +24,7 @@ pub mod ewc;
 pub mod gdumb;
 pub mod lora;
 pub mod lwf;
+pub mod mahalanobis;
 pub mod moe_lora;
 pub mod naive;
 pub mod ncm;

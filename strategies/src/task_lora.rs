@@ -5,7 +5,8 @@
 //! a task's end this strategy keeps the task's *expert*, every trainable parameter's value (the
 //! adapters, the head, `lora`'s `train` modules: what PEFT saves as an adapter), and attaches
 //! fresh adapters for the next task (`A ~ N(0, σ = 1/r)` redrawn, `B = 0`, as Burn's LoRA
-//! starts them). No sample is stored and nothing is merged into the base.
+//! starts them), or with `init = "previous"` lets the next task train on from the adapters just
+//! kept. No sample is stored and nothing is merged into the base.
 //!
 //! At evaluation ([`ForgettingStrategy::infer`]):
 //! - where the task is given (a task-incremental stream, the task-IL view), its expert answers;
@@ -17,11 +18,16 @@
 //!   `k*`'s classes (task-id prediction, then within-task prediction: Kim et al. 2022, "A
 //!   Theoretical Study on Solving Continual Learning", eq. 1). With `prototypes = "class"` a
 //!   task has one prototype a class (its class means) and an input goes to the task of the
-//!   nearest one.
+//!   nearest one. With `distance = "mahalanobis"` "nearest" is the Mahalanobis distance to the
+//!   prototypes' raw means under one covariance shared by every task's groups (the pooled
+//!   within-group covariance, Ledoit–Wolf shrunk: [`crate::mahalanobis`]) instead of the
+//!   cosine: a feature direction along which every task's documents spread counts less than
+//!   one along which they do not.
 //!
 //! How often the task was inferred right is the report's `task_id_matrix`. A wrong task is a
 //! wrong class: class-IL accuracy is at most the task-id accuracy times the task-IL view's.
 
+use crate::mahalanobis::{Nearest, Pooled};
 use engram_core::burn::module::Module;
 use engram_core::burn::tensor::{Device, Distribution, Tensor, TensorData};
 use engram_core::component::Component;
@@ -50,6 +56,34 @@ pub enum Prototypes {
     Class,
 }
 
+/// How an input's feature is compared with the prototypes ([`PerTaskLoraParams::distance`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Distance {
+    /// The largest cosine with the normalised prototype (L2P's query matching; the default).
+    #[default]
+    Cosine,
+    /// The smallest Mahalanobis distance to the prototype's mean under the tied, Ledoit–Wolf
+    /// shrunk within-group covariance of every task's features (Lee et al. 2018, eq. 2;
+    /// [`crate::mahalanobis`]). Adds a `[features, features]` matrix to the state (576 KiB at
+    /// 384 features).
+    Mahalanobis,
+}
+
+/// What a new task's adapters start from ([`PerTaskLoraParams::init`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Init {
+    /// Fresh: `A ~ N(0, σ = 1/r)` redrawn, `B = 0`, as Burn's LoRA starts them (the default;
+    /// every expert is its own task's alone).
+    #[default]
+    Fresh,
+    /// The previous task's trained adapters (a copy: the kept expert does not move): forward
+    /// transfer, as sequential fine-tuning has, where tasks share their classes or their
+    /// features (two releases of one spam corpus); the earlier experts stay frozen all the same.
+    Previous,
+}
+
 /// `[[forgetting]] type = "per-task-lora"` keys.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -61,6 +95,11 @@ pub struct PerTaskLoraParams {
     /// `task` (default): one prototype a task; `class`: one a class of the task, an input
     /// going to the task of the nearest class mean.
     pub prototypes: Prototypes,
+    /// `cosine` (default) or `mahalanobis`: how an input's feature is compared with the
+    /// prototypes ([`Distance`]).
+    pub distance: Distance,
+    /// `fresh` (default) or `previous`: what a new task's adapters start from ([`Init`]).
+    pub init: Init,
 }
 
 /// A finished task's expert: its classes, its trainable parameters' values and its prototype.
@@ -73,6 +112,9 @@ struct Expert {
     /// The prototypes `μ` `[features]` each, L2-normalised: one, or one a class (none until
     /// the task's `after_task`).
     prototypes: Vec<Vec<f32>>,
+    /// The same groups' raw means `[features]` of the normalised features (`distance =
+    /// "mahalanobis"` only; empty otherwise).
+    means: Vec<Vec<f64>>,
 }
 
 /// The per-task-adapters strategy (see the module docs).
@@ -86,6 +128,12 @@ pub struct PerTaskLora {
     /// loaded into the model, they give the frozen pretrained model the prototypes read.
     origin: BTreeMap<String, Tensor<1>>,
     experts: Vec<Expert>,
+    /// Every finished task's groups' pooled within-group statistics (`distance =
+    /// "mahalanobis"`), its scatter rounded to f32 after each task as the state saves it.
+    pooled: Pooled,
+    /// The Mahalanobis router over every expert's means, in expert order with the expert of
+    /// each mean; rebuilt from `pooled` and the means when a task ends or the state loads.
+    router: Option<(Nearest, Vec<usize>)>,
     /// What evaluation has computed (see [`Cache`]).
     cache: std::sync::Mutex<Cache>,
     /// The config entry it came from (positions its errors about the run's setup).
@@ -236,6 +284,10 @@ impl PerTaskLora {
                 Some((f.into_data().convert::<f32>().try_to_vec::<f32>().ok()?, d))
             })?
         };
+        if self.p.distance == Distance::Mahalanobis {
+            let (router, owner) = self.router.as_ref()?;
+            return Some(rows.iter().map(|f| owner[router.nearest(f)]).collect());
+        }
         let dot = |a: &[f32], b: &[f32]| -> f32 { a.iter().zip(b).map(|(x, y)| x * y).sum() };
         Some(
             rows.iter()
@@ -252,18 +304,17 @@ impl PerTaskLora {
         )
     }
 
-    /// The task's prototypes: the normalised mean of the normalised features of its training
-    /// samples (the first `prototype_samples`, or all), under the frozen pretrained model; one,
-    /// or one a class present ([`Prototypes`]).
-    fn prototypes(&self, cx: &TaskContext<'_>) -> Result<Vec<Vec<f32>>> {
+    /// The normalised features `[features]` of the task's training samples (the first
+    /// `prototype_samples`, or all) under the frozen pretrained model, by group: 0 for the
+    /// task, or each sample's class ([`Prototypes`]).
+    fn task_groups(&self, cx: &TaskContext<'_>) -> Result<BTreeMap<usize, Vec<Vec<f32>>>> {
         let inner = cx.device.clone().inner();
         let view = load(cx.model.valid(), &self.origin);
         let mut refs: Vec<SampleRef> = cx.train_refs();
         if self.p.prototype_samples > 0 {
             refs.truncate(self.p.prototype_samples);
         }
-        // Group (0 for the task, the label for a class) → Σ of normalised features.
-        let mut sums: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+        let mut groups: BTreeMap<usize, Vec<Vec<f32>>> = BTreeMap::new();
         for chunk in refs.chunks(self.batch) {
             let b = cx.stream.batch(chunk, Part::Train, cx.task.index, &inner);
             let labels = b.labels();
@@ -279,20 +330,47 @@ impl PerTaskLora {
                     Prototypes::Task => 0,
                     Prototypes::Class => y as usize,
                 };
-                let sum = sums.entry(g).or_insert_with(|| vec![0.0; d]);
+                groups.entry(g).or_default().push(row.to_vec());
+            }
+        }
+        Ok(groups)
+    }
+
+    /// The Mahalanobis router over every kept expert's means (`None` for `cosine`, or before
+    /// any mean).
+    fn build_router(&self) -> Option<(Nearest, Vec<usize>)> {
+        if self.p.distance != Distance::Mahalanobis {
+            return None;
+        }
+        let (means, owner): (Vec<Vec<f64>>, Vec<usize>) = self
+            .experts
+            .iter()
+            .enumerate()
+            .flat_map(|(k, e)| e.means.iter().map(move |m| (m.clone(), k)))
+            .unzip();
+        if means.is_empty() {
+            return None;
+        }
+        Some((Nearest::new(&self.pooled, &means)?, owner))
+    }
+}
+
+/// Each group's prototype: the normalised mean of its (normalised) features.
+fn prototypes(groups: &BTreeMap<usize, Vec<Vec<f32>>>) -> Vec<Vec<f32>> {
+    groups
+        .values()
+        .map(|rows| {
+            let d = rows.first().map_or(0, Vec::len);
+            let mut sum = vec![0.0f64; d];
+            for row in rows {
                 for (s, v) in sum.iter_mut().zip(row) {
                     *s += f64::from(*v);
                 }
             }
-        }
-        Ok(sums
-            .into_values()
-            .map(|sum| {
-                let norm = sum.iter().map(|v| v * v).sum::<f64>().sqrt().max(1e-12);
-                sum.iter().map(|v| (v / norm) as f32).collect()
-            })
-            .collect())
-    }
+            let norm = sum.iter().map(|v| v * v).sum::<f64>().sqrt().max(1e-12);
+            sum.iter().map(|v| (v / norm) as f32).collect()
+        })
+        .collect()
 }
 
 impl ForgettingStrategy for PerTaskLora {
@@ -359,6 +437,7 @@ impl ForgettingStrategy for PerTaskLora {
                 .map(|(i, t)| (i.path, t))
                 .collect(),
             prototypes: Vec::new(),
+            means: Vec::new(),
         });
         Ok(model)
     }
@@ -381,9 +460,28 @@ impl ForgettingStrategy for PerTaskLora {
                 }
             }
         }
-        let prototypes = self.prototypes(cx)?;
+        let groups = self.task_groups(cx)?;
+        let mut means = Vec::new();
+        if self.p.distance == Distance::Mahalanobis {
+            for rows in groups.values() {
+                let rows: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+                means.push(self.pooled.add_group(&rows).ok_or_else(|| {
+                    err("a task's features differ in width from the earlier tasks'")
+                })?);
+            }
+            // As the state saves it (f32 values), so a resumed run routes as this one does.
+            for w in &mut self.pooled.scatter {
+                *w = f64::from(*w as f32);
+            }
+        }
         if let Some(e) = self.experts.last_mut() {
-            e.prototypes = prototypes;
+            e.prototypes = prototypes(&groups);
+            e.means = means;
+        }
+        self.router = self.build_router();
+        if self.p.init == Init::Previous {
+            // The next task trains on from this task's adapters (kept above as its expert).
+            return Ok(());
         }
         // Fresh adapters for the next task: A redrawn, B = 0 (the model's outputs go back to
         // the base's under the current head).
@@ -497,10 +595,25 @@ impl ForgettingStrategy for PerTaskLora {
         let meta: Vec<serde_json::Value> = self
             .experts
             .iter()
-            .map(|e| serde_json::json!({ "classes": e.classes, "prototypes": e.prototypes }))
+            .map(|e| {
+                serde_json::json!({ "classes": e.classes, "prototypes": e.prototypes, "means": e.means })
+            })
             .collect();
+        let pooled = &self.pooled;
+        if !pooled.scatter.is_empty() {
+            tensors.insert(
+                "pooled/scatter".into(),
+                StateTensor {
+                    shape: vec![pooled.dim, pooled.dim],
+                    values: pooled.scatter.iter().map(|&w| w as f32).collect(),
+                },
+            );
+        }
         Ok(StrategyState {
-            meta: serde_json::json!({ "experts": meta }),
+            meta: serde_json::json!({
+                "experts": meta,
+                "pooled": { "dim": pooled.dim, "count": pooled.count, "fourth": pooled.fourth },
+            }),
             tensors,
         })
     }
@@ -510,6 +623,14 @@ impl ForgettingStrategy for PerTaskLora {
         struct Meta {
             classes: Vec<usize>,
             prototypes: Vec<Vec<f32>>,
+            #[serde(default)]
+            means: Vec<Vec<f64>>,
+        }
+        #[derive(Deserialize, Default)]
+        struct PooledMeta {
+            dim: usize,
+            count: usize,
+            fourth: f64,
         }
         let metas: Vec<Meta> = match state.meta.get("experts") {
             Some(v) => {
@@ -524,8 +645,21 @@ impl ForgettingStrategy for PerTaskLora {
                 classes: m.classes,
                 params: BTreeMap::new(),
                 prototypes: m.prototypes,
+                means: m.means,
             })
             .collect();
+        let pm: PooledMeta = match state.meta.get("pooled") {
+            Some(v) => {
+                serde_json::from_value(v.clone()).map_err(|e| err(format!("saved state: {e}")))?
+            }
+            None => PooledMeta::default(),
+        };
+        let mut pooled = Pooled {
+            dim: pm.dim,
+            count: pm.count,
+            fourth: pm.fourth,
+            scatter: Vec::new(),
+        };
         let mut origin = BTreeMap::new();
         for (key, t) in &state.tensors {
             let bad = || err(format!("saved state has a malformed entry `{key}`"));
@@ -534,6 +668,11 @@ impl ForgettingStrategy for PerTaskLora {
                 Tensor::<1>::from_data(TensorData::new(t.values.clone(), [t.values.len()]), &inner);
             if owner == "origin" {
                 origin.insert(path.to_string(), value);
+            } else if owner == "pooled" {
+                if path != "scatter" || t.values.len() != pm.dim * pm.dim {
+                    return Err(bad());
+                }
+                pooled.scatter = t.values.iter().map(|&w| f64::from(w)).collect();
             } else {
                 let k: usize = owner.parse().map_err(|_| bad())?;
                 experts
@@ -545,6 +684,8 @@ impl ForgettingStrategy for PerTaskLora {
         }
         self.origin = origin;
         self.experts = experts;
+        self.pooled = pooled;
+        self.router = self.build_router();
         if let Ok(mut c) = self.cache.lock() {
             *c = Cache::default();
         }
@@ -562,246 +703,5 @@ fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn ForgettingStrat
 engram_core::component!(forgetting "per-task-lora", "per-task adapters: a new LoRA adapter per task, earlier ones frozen, each input answered by the adapter of the task its prototype picks; with lora merge = \"none\"", PerTaskLoraParams, build);
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::lora::tests_support::lora;
-    use crate::test_util::{task_cx, task_info, toy_model, toy_stream};
-    use engram_core::data::stream::Stream;
-
-    /// The inference copy's logits of task `t`'s evaluation rows, row-major, and the input.
-    fn eval_batch(stream: &Stream, t: usize, device: &Device) -> Activation {
-        let (rows, part) = stream.eval_rows(t);
-        let refs: Vec<SampleRef> = rows
-            .iter()
-            .map(|&index| SampleRef {
-                task: t as u16,
-                index,
-            })
-            .collect();
-        stream.batch(&refs, part, t, device).input()
-    }
-
-    fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-        t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
-    }
-
-    /// "Training" of a task: every trainable parameter moved by a deterministic amount, so that
-    /// each task's adapters and head differ from the others'.
-    fn train(model: Model, task: usize) -> Model {
-        let mut n = 0.0f32;
-        model.update_params(&mut |i, t| {
-            n += 1.0;
-            let k = i.numel();
-            let shift: Vec<f32> = (0..k)
-                .map(|j| 0.3 * ((j as f32 + 1.0) * (n + task as f32 * 7.0)).sin())
-                .collect();
-            (i.path.contains(".lora.") || i.path.starts_with("blocks.1."))
-                .then(|| t.clone() + Tensor::from_data(TensorData::new(shift, [k]), &t.device()))
-        })
-    }
-
-    /// Each task's expert answers as the model answered when the task ended (its adapters and
-    /// head, not the later ones'), restricted to its classes; fresh adapters (`B = 0`) follow
-    /// each task; inputs go to the prototype with the largest cosine, the prototype being the
-    /// normalised mean of the plain (never adapted) model's normalised features; the state
-    /// round-trips.
-    #[test]
-    fn experts_answer_as_their_task_ended_and_route_by_prototype() {
-        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
-        check_two_tasks(Prototypes::Task);
-        check_two_tasks(Prototypes::Class);
-    }
-
-    fn check_two_tasks(mode: Prototypes) {
-        let params = PerTaskLoraParams {
-            prototypes: mode,
-            ..PerTaskLoraParams::default()
-        };
-        let device = Device::flex().autodiff();
-        let inner = device.clone().inner();
-        let stream = toy_stream();
-        let plain = toy_model(&device);
-        let mut model = lora("rank = 2\ntargets = [\"0.linear\"]")
-            .adapt(plain.clone())
-            .unwrap();
-        let mut s = PerTaskLora::new(params.clone(), 3, 7);
-        let mut at_end = Vec::new();
-        for t in 0..2 {
-            let info = task_info(&stream, t);
-            s.before_task(&mut task_cx(&mut model, &device, &info, &stream))
-                .unwrap();
-            model = train(model, t);
-            let x = eval_batch(&stream, t, &inner);
-            at_end.push(values(
-                model.valid().forward(x, &ForwardCtx::evaluation(None)),
-            ));
-            model = s.task_end_weights(model, &info).unwrap();
-            s.after_task(&mut task_cx(&mut model, &device, &info, &stream))
-                .unwrap();
-            for (i, v) in model.trainable_values() {
-                if i.path.ends_with(".lora.b") {
-                    assert!(
-                        values(v).iter().all(|&x| x == 0.0),
-                        "fresh B after task {t}"
-                    );
-                }
-            }
-        }
-        assert_eq!(s.experts(), 2);
-        let valid = model.valid();
-        let classes = 10;
-        for (t, want_t) in at_end.iter().enumerate() {
-            let x = eval_batch(&stream, t, &inner);
-            let a = s.infer(&valid, x, Some(t)).unwrap();
-            let got = values(a.logits);
-            assert!(a.tasks.iter().all(|&k| k == t));
-            let own = &stream.tasks[t].classes;
-            for (r, row) in got.chunks(classes).enumerate() {
-                for c in 0..classes {
-                    let want = if own.contains(&c) {
-                        want_t[r * classes + c]
-                    } else {
-                        -1e9
-                    };
-                    assert!((row[c] - want).abs() < 1e-5, "task {t} row {r} class {c}");
-                }
-            }
-        }
-        // Prototypes by hand: the plain model's first block, rows normalised, mean, normalised.
-        let phi = |x: Activation| -> Vec<Vec<f64>> {
-            let f = values(
-                plain
-                    .valid()
-                    .forward_range(0..1, x, &ForwardCtx::evaluation(None))
-                    .into_flat(),
-            );
-            f.chunks(6)
-                .map(|r| {
-                    let n = r.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
-                    r.iter().map(|v| f64::from(*v) / n).collect()
-                })
-                .collect()
-        };
-        let mut protos = Vec::new();
-        for t in 0..2 {
-            let refs: Vec<SampleRef> = stream.tasks[t]
-                .train
-                .iter()
-                .map(|&index| SampleRef {
-                    task: t as u16,
-                    index,
-                })
-                .collect();
-            let b = stream.batch(&refs, Part::Train, t, &inner);
-            let labels = b.labels();
-            let rows = phi(b.input());
-            // Groups in label order (one group for the whole task).
-            let mut groups: Vec<i64> = match mode {
-                Prototypes::Task => vec![-1],
-                Prototypes::Class => labels.clone(),
-            };
-            groups.sort_unstable();
-            groups.dedup();
-            assert_eq!(s.experts[t].prototypes.len(), groups.len());
-            for (g, got) in groups.iter().zip(&s.experts[t].prototypes) {
-                let mut m = [0.0f64; 6];
-                for (r, y) in rows.iter().zip(&labels) {
-                    if *g == -1 || g == y {
-                        for (a, b) in m.iter_mut().zip(r) {
-                            *a += b;
-                        }
-                    }
-                }
-                let n = m.iter().map(|v| v * v).sum::<f64>().sqrt();
-                let m: Vec<f64> = m.iter().map(|v| v / n).collect();
-                for (a, b) in m.iter().zip(got) {
-                    assert!((a - f64::from(*b)).abs() < 1e-5, "prototype {t} {g}");
-                }
-                protos.push((t, m));
-            }
-        }
-        let mut routed_by_hand = Vec::new();
-        let mut both = None;
-        for t in 0..2 {
-            let x = eval_batch(&stream, t, &inner);
-            for r in phi(x.clone()) {
-                let cos = |p: &Vec<f64>| -> f64 { p.iter().zip(&r).map(|(a, b)| a * b).sum() };
-                let mut best = 0;
-                for (j, (_, p)) in protos.iter().enumerate() {
-                    if cos(p) > cos(&protos[best].1) {
-                        best = j;
-                    }
-                }
-                routed_by_hand.push(protos[best].0);
-            }
-            both = Some(match both {
-                None => x,
-                Some(Activation::Flat(a)) => {
-                    Activation::Flat(Tensor::cat(vec![a, x.into_flat()], 0))
-                }
-                Some(other) => other,
-            });
-        }
-        let both = both.unwrap();
-        // Both experts are picked for some rows (the check below compares real choices).
-        assert!(
-            routed_by_hand.contains(&0) && routed_by_hand.contains(&1),
-            "{routed_by_hand:?}"
-        );
-        let a = s.infer(&valid, both.clone(), None).unwrap();
-        assert_eq!(a.tasks, routed_by_hand);
-        let logits = values(a.logits);
-        // A routed row is answered by its expert, within its expert's classes.
-        let per_task: Vec<Vec<f32>> = (0..2)
-            .map(|k| values(s.infer(&valid, both.clone(), Some(k)).unwrap().logits))
-            .collect();
-        for (r, &k) in a.tasks.iter().enumerate() {
-            assert_eq!(
-                &logits[r * classes..(r + 1) * classes],
-                &per_task[k][r * classes..(r + 1) * classes]
-            );
-        }
-        // The state round-trips: the restored strategy answers identically.
-        let mut back = PerTaskLora::new(params, 3, 7);
-        back.load_state(s.state().unwrap(), &device).unwrap();
-        let again = back.infer(&valid, both, None).unwrap();
-        assert_eq!(again.tasks, a.tasks);
-        assert_eq!(values(again.logits), logits);
-    }
-
-    /// Without adapters, the first task is refused; with `lora` merging at the task's end
-    /// (merge = "task"), the end of the first task is, saying merge = "none".
-    #[test]
-    fn per_task_lora_needs_lora_without_merge() {
-        let _rng = crate::BURN_RNG.lock().unwrap_or_else(|e| e.into_inner());
-        let device = Device::flex().autodiff();
-        let stream = toy_stream();
-        let info = task_info(&stream, 0);
-        let mut s = PerTaskLora::new(PerTaskLoraParams::default(), 0, 8);
-        let mut plain = toy_model(&device);
-        let e = s
-            .before_task(&mut task_cx(&mut plain, &device, &info, &stream))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("the model has none") && e.contains("[[memory]]"),
-            "{e}"
-        );
-        let mut l = lora("rank = 2\ntargets = [\"0.linear\"]\nmerge = \"task\"");
-        let mut m = l.adapt(toy_model(&device)).unwrap();
-        s.before_task(&mut task_cx(&mut m, &device, &info, &stream))
-            .unwrap();
-        let m = train(m, 0);
-        let m = s.task_end_weights(m, &info).unwrap();
-        let mut m =
-            engram_core::strategy::MemoryStrategy::task_end_model(&mut l, m, &info).unwrap();
-        let e = s
-            .after_task(&mut task_cx(&mut m, &device, &info, &stream))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("merge = \\\"none\\\"") || e.contains("merge = \"none\""),
-            "{e}"
-        );
-    }
-}
+#[path = "task_lora_tests.rs"]
+mod tests;
