@@ -2,15 +2,17 @@
 # Regenerates the benchmark suites' figures: runs `engram bench suite` for each suite file
 # (bench/suite.toml: 195 runs of the MLP, about 13 minutes on this 2-core machine;
 # bench/suite-cnn.toml: 48 runs of the CNN recipe and its baselines, about 15 minutes;
-# bench/suite-text.toml: 36 runs of MiniLM on the text stream, not in the default list: it needs
+# bench/suite-text.toml: 42 runs of MiniLM on the text stream, not in the default list: it needs
 # `engram data fetch minilm` and `engram data fetch text-stream` and more than an hour;
-# resumable, a rerun skips finished runs) into runs/<name>, copies its sweep.json to
+# resumable, a rerun skips finished runs; bench/suite-text-heldout.toml: 12 runs of the text
+# goals on a held-out stream, about half an hour, the same needs) into runs/<name>, copies its sweep.json to
 # book/src/figures/<name>.json, and renders the book's tables (book/src/figures/<name>.md) and
 # the README's excerpts from them through the golden tests of tests/engram/recipes.rs. Their
 # pins of the seed-0 figures move by hand, with the diff.
 #   bash bench/suite.sh [--jobs N]                 # both suites
 #   SUITES=suite-cnn bash bench/suite.sh           # one of them
 #   SUITES=suite-text bash bench/suite.sh --jobs 2 # the text suite
+#   SUITES=suite-text-heldout bash bench/suite.sh --jobs 2 # its held-out stream
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -q
