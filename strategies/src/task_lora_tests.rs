@@ -109,70 +109,13 @@ fn check_two_tasks(mode: Prototypes, distance: Distance) {
             }
         }
     }
-    // Prototypes by hand: the plain model's first block, rows normalised, mean, normalised.
-    let phi = |x: Activation| -> Vec<Vec<f64>> {
-        let f = values(
-            plain
-                .valid()
-                .forward_range(0..1, x, &ForwardCtx::evaluation(None))
-                .into_flat(),
-        );
-        f.chunks(6)
-            .map(|r| {
-                let n = r.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
-                r.iter().map(|v| f64::from(*v) / n).collect()
-            })
-            .collect()
-    };
-    let mut protos = Vec::new();
-    // Group rows (every task's groups in order) for the Mahalanobis router by hand.
-    let mut group_rows: Vec<(usize, Vec<Vec<f64>>)> = Vec::new();
-    for t in 0..2 {
-        let refs: Vec<SampleRef> = stream.tasks[t]
-            .train
-            .iter()
-            .map(|&index| SampleRef {
-                task: t as u16,
-                index,
-            })
-            .collect();
-        let b = stream.batch(&refs, Part::Train, t, &inner);
-        let labels = b.labels();
-        let rows = phi(b.input());
-        // Groups in label order (one group for the whole task).
-        let mut groups: Vec<i64> = match mode {
-            Prototypes::Task => vec![-1],
-            Prototypes::Class => labels.clone(),
-        };
-        groups.sort_unstable();
-        groups.dedup();
-        assert_eq!(s.experts[t].prototypes.len(), groups.len());
-        for (g, got) in groups.iter().zip(&s.experts[t].prototypes) {
-            let mut m = [0.0f64; 6];
-            let mut members = Vec::new();
-            for (r, y) in rows.iter().zip(&labels) {
-                if *g == -1 || g == y {
-                    for (a, b) in m.iter_mut().zip(r) {
-                        *a += b;
-                    }
-                    members.push(r.clone());
-                }
-            }
-            group_rows.push((t, members));
-            let n = m.iter().map(|v| v * v).sum::<f64>().sqrt();
-            let m: Vec<f64> = m.iter().map(|v| v / n).collect();
-            for (a, b) in m.iter().zip(got) {
-                assert!((a - f64::from(*b)).abs() < 1e-5, "prototype {t} {g}");
-            }
-            protos.push((t, m));
-        }
-    }
+    let (protos, group_rows) = prototypes_by_hand(&s, &stream, &plain, mode, &inner);
     let maha = mahalanobis_by_hand(&group_rows);
     let mut routed_by_hand = Vec::new();
     let mut both = None;
     for t in 0..2 {
         let x = eval_batch(&stream, t, &inner);
-        for r in phi(x.clone()) {
+        for r in phi(&plain, x.clone()) {
             if distance == Distance::Mahalanobis {
                 routed_by_hand.push(maha(&r));
                 continue;
@@ -217,6 +160,79 @@ fn check_two_tasks(mode: Prototypes, distance: Distance) {
     let again = back.infer(&valid, both, None).unwrap();
     assert_eq!(again.tasks, a.tasks);
     assert_eq!(values(again.logits), logits);
+}
+
+/// The plain model's first-block features of `x`, each row L2-normalised (`[rows][6]`).
+fn phi(plain: &Model, x: Activation) -> Vec<Vec<f64>> {
+    let f = values(
+        plain
+            .valid()
+            .forward_range(0..1, x, &ForwardCtx::evaluation(None))
+            .into_flat(),
+    );
+    f.chunks(6)
+        .map(|r| {
+            let n = r.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+            r.iter().map(|v| f64::from(*v) / n).collect()
+        })
+        .collect()
+}
+
+/// The prototypes by hand (the plain model's first block, rows normalised, each group's mean,
+/// normalised), checked against `s`'s, with each group's task, and each group's rows (every
+/// task's groups in order) for the Mahalanobis router by hand.
+#[allow(clippy::type_complexity)]
+fn prototypes_by_hand(
+    s: &PerTaskLora,
+    stream: &Stream,
+    plain: &Model,
+    mode: Prototypes,
+    inner: &Device,
+) -> (Vec<(usize, Vec<f64>)>, Vec<(usize, Vec<Vec<f64>>)>) {
+    let mut protos = Vec::new();
+    // Group rows (every task's groups in order) for the Mahalanobis router by hand.
+    let mut group_rows: Vec<(usize, Vec<Vec<f64>>)> = Vec::new();
+    for t in 0..2 {
+        let refs: Vec<SampleRef> = stream.tasks[t]
+            .train
+            .iter()
+            .map(|&index| SampleRef {
+                task: t as u16,
+                index,
+            })
+            .collect();
+        let b = stream.batch(&refs, Part::Train, t, inner);
+        let labels = b.labels();
+        let rows = phi(plain, b.input());
+        // Groups in label order (one group for the whole task).
+        let mut groups: Vec<i64> = match mode {
+            Prototypes::Task => vec![-1],
+            Prototypes::Class => labels.clone(),
+        };
+        groups.sort_unstable();
+        groups.dedup();
+        assert_eq!(s.experts[t].prototypes.len(), groups.len());
+        for (g, got) in groups.iter().zip(&s.experts[t].prototypes) {
+            let mut m = [0.0f64; 6];
+            let mut members = Vec::new();
+            for (r, y) in rows.iter().zip(&labels) {
+                if *g == -1 || g == y {
+                    for (a, b) in m.iter_mut().zip(r) {
+                        *a += b;
+                    }
+                    members.push(r.clone());
+                }
+            }
+            group_rows.push((t, members));
+            let n = m.iter().map(|v| v * v).sum::<f64>().sqrt();
+            let m: Vec<f64> = m.iter().map(|v| v / n).collect();
+            for (a, b) in m.iter().zip(got) {
+                assert!((a - f64::from(*b)).abs() < 1e-5, "prototype {t} {g}");
+            }
+            protos.push((t, m));
+        }
+    }
+    (protos, group_rows)
 }
 
 /// The task of the group mean nearest to a feature row by `(x − μ_g)ᵀ Σ⁻¹ (x − μ_g)`, `Σ` the
