@@ -1,4 +1,4 @@
-//! `engram data fetch|export`: dataset tools.
+//! `engram data fetch|export|stream`: dataset tools.
 
 use super::Cli;
 use clap::{Args, Subcommand};
@@ -63,6 +63,25 @@ pub enum DataCommand {
         /// example, CSV to NPY).
         #[arg(long, value_name = "FORMAT")]
         from: Option<String>,
+    },
+    /// Write the samples a run of CONFIG trains and evaluates on, in the run's order, as JSON:
+    /// each task's classes, the classes its logits are restricted to after training it, its
+    /// training rows in the order its epochs take them (consecutive `batch_size` chunks of an
+    /// epoch are the run's steps) and its evaluation rows, each with its label and, for token
+    /// data, its ids `[len]`. What a peer framework needs to train on exactly the stream engram
+    /// trains on (`bench/peft-twin.sh`), and a way to see what a seed deals.
+    Stream {
+        /// The experiment file.
+        config: PathBuf,
+        /// The JSON file to write (atomically; it must not exist unless --overwrite).
+        #[arg(long)]
+        out: PathBuf,
+        /// Override a key: `--set run.seed=1` (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Replace an existing --out.
+        #[arg(long)]
+        overwrite: bool,
     },
 }
 
@@ -155,5 +174,109 @@ pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
             }
             Ok(())
         }
+        DataCommand::Stream {
+            config,
+            out,
+            sets,
+            overwrite,
+        } => {
+            let existing = engram::outpath::Existing::Overwrite(*overwrite);
+            engram::outpath::check_file(out, "--out", existing)?;
+            let cfg = engram::core::config::LoadedConfig::load(config, sets)?;
+            let p = super::prepare(cfg, registry, sets)?;
+            let c = &p.cfg.config;
+            if c.train.joint {
+                return Err(engram::core::Error::Usage(
+                    "data stream: a joint run trains one round over every task's rows at once; this writes the stream task by task (remove joint = true)".into(),
+                ));
+            }
+            let json = stream_json(&p.stream, c.run.seed, c.train.epochs, c.train.batch_size);
+            let mut bytes = serde_json::to_vec(&json)
+                .map_err(|e| engram::core::Error::Other(format!("data stream: {e}")))?;
+            bytes.push(b'\n');
+            engram::outpath::write_file(out, "--out", existing, &bytes)?;
+            if !cli.quiet {
+                println!(
+                    "{}: {} tasks, {} training and {} evaluation rows",
+                    out.display(),
+                    p.stream.len(),
+                    p.stream
+                        .tasks
+                        .iter()
+                        .map(|t| t.train.len() * c.train.epochs)
+                        .sum::<usize>(),
+                    (0..p.stream.len())
+                        .map(|t| p.stream.eval_rows(t).0.len())
+                        .sum::<usize>()
+                );
+            }
+            Ok(())
+        }
     }
+}
+
+/// The stream `engram data stream` writes (see its help): `epochs` epochs of each task's
+/// training rows in the order a run with `seed` takes them, `batch_size` rows a step.
+fn stream_json(
+    stream: &engram::core::data::stream::Stream,
+    seed: u64,
+    epochs: usize,
+    batch_size: usize,
+) -> serde_json::Value {
+    use engram::core::data::dataset::Values;
+    use engram::core::data::stream::Part;
+    let rows = |part: Part, indices: &mut dyn Iterator<Item = u32>| {
+        let split = match part {
+            Part::Train => &stream.dataset.train,
+            Part::Test => &stream.dataset.test,
+        };
+        let f = split.features;
+        let (mut index, mut label, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+        for i in indices {
+            let i = i as usize;
+            index.push(i);
+            label.push(split.labels[i]);
+            if let Values::Tokens(v) = &split.values {
+                ids.push(v[i * f..(i + 1) * f].to_vec());
+            }
+        }
+        let split_name = match part {
+            Part::Train => "train",
+            Part::Test => "test",
+        };
+        let mut o = serde_json::json!({ "split": split_name, "rows": index, "labels": label });
+        if split.values.is_tokens() {
+            o["ids"] = serde_json::json!(ids);
+        }
+        o
+    };
+    let tasks: Vec<serde_json::Value> = stream
+        .tasks
+        .iter()
+        .map(|t| {
+            let mut order = (0..epochs)
+                .flat_map(|e| stream.epoch_order(t.index, e, seed))
+                .map(|r| r.index);
+            let (eval, part) = stream.eval_rows(t.index);
+            // Tasks sharing a label space list its classes once each.
+            let allowed = stream.allowed_classes(t.index, t.index).map(|mut a| {
+                a.sort_unstable();
+                a.dedup();
+                a
+            });
+            serde_json::json!({
+                "classes": t.classes,
+                "allowed": allowed,
+                "train": rows(Part::Train, &mut order),
+                "eval": rows(part, &mut eval.iter().copied()),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "seed": seed,
+        "classes": stream.num_classes,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "tasks": tasks,
+    })
 }

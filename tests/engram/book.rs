@@ -339,3 +339,87 @@ fn the_lora_text_figure_is_generated() {
     assert!(script.contains("> book/src/figures/lora-text.md.tmp"));
     assert!(script.contains("BASE=examples/text/minilm-stream.toml"));
 }
+
+/// book/src/figures/peft-twin.md is `bench/peft-twin.sh`'s table of peft-twin.json (golden
+/// files: MiniLM, the corpora and PyTorch are not here): every cell is recomputed from the
+/// JSON's accuracy matrices, throughputs and peaks, each path's rows followed by their mean.
+#[test]
+fn the_peft_twin_figure_is_generated_from_its_json() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fig = crate::util::generated_figure("peft-twin");
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("book/src/figures/peft-twin.json")).unwrap(),
+    )
+    .unwrap();
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    let matrix = |v: &serde_json::Value| -> Vec<Vec<f64>> {
+        serde_json::from_value(v["accuracy_matrix"].clone()).unwrap()
+    };
+    // One row a seed and path: the cells the table shows.
+    let cells = |r: &serde_json::Value| -> Vec<f64> {
+        let (e, p) = (&r["engram"], &r["peft"]);
+        let (me, mp) = (matrix(e), matrix(p));
+        // ACC is the last row's mean on both sides.
+        for (m, side) in [(&me, e), (&mp, p)] {
+            let last = m.last().unwrap();
+            let acc = last.iter().sum::<f64>() / last.len() as f64;
+            assert!((acc - f(&side["acc"])).abs() < 1e-12, "{side}");
+        }
+        let worst = me
+            .iter()
+            .flatten()
+            .zip(mp.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        let (te, tp) = (f(&e["train_samples_per_s"]), f(&p["train_samples_per_s"]));
+        let mib = |v: &serde_json::Value| f(&v["peak_rss_bytes"]) / (1u64 << 20) as f64;
+        vec![
+            f(&e["acc"]),
+            f(&p["acc"]),
+            (f(&e["acc"]) - f(&p["acc"])).abs(),
+            worst,
+            te,
+            tp,
+            te / tp,
+            mib(e),
+            mib(p),
+        ]
+    };
+    let rows = json["rows"].as_array().unwrap();
+    let mut paths: Vec<&str> = Vec::new();
+    for r in rows {
+        let p = r["path"].as_str().unwrap();
+        if !paths.contains(&p) {
+            paths.push(p);
+        }
+    }
+    let mut want: Vec<(String, String, Vec<f64>)> = Vec::new();
+    for path in &paths {
+        let mine: Vec<&serde_json::Value> = rows.iter().filter(|r| r["path"] == *path).collect();
+        let table: Vec<Vec<f64>> = mine.iter().map(|r| cells(r)).collect();
+        for (r, c) in mine.iter().zip(&table) {
+            want.push((r["seed"].to_string(), path.to_string(), c.clone()));
+        }
+        let n = table.len() as f64;
+        let mean = (0..9)
+            .map(|i| table.iter().map(|c| c[i]).sum::<f64>() / n)
+            .collect();
+        want.push(("mean".into(), path.to_string(), mean));
+    }
+    assert!(!rows.is_empty(), "{json}");
+    let shown = crate::util::table_rows(&fig, "| seed ");
+    assert_eq!(shown.len(), want.len(), "{fig}");
+    let decimals = [4, 4, 4, 4, 2, 2, 2, 0, 0];
+    for (row, (seed, path, w)) in shown.iter().zip(&want) {
+        let mut cells = vec![seed.clone(), path.clone()];
+        cells.extend(w.iter().zip(decimals).map(|(v, d)| format!("{v:.d$}")));
+        let got: Vec<String> = row
+            .iter()
+            .map(|c| c.trim_end_matches('×').replace(',', ""))
+            .collect();
+        assert_eq!(got, cells, "{fig}");
+    }
+    let script = std::fs::read_to_string(root.join("bench/peft-twin.sh")).unwrap();
+    assert!(script.contains("book/src/figures/peft-twin.md.tmp"));
+    assert!(script.contains("BASE=examples/text/minilm-stream.toml"));
+}

@@ -311,3 +311,114 @@ fn a_model_that_does_not_fit_the_data_is_refused_at_its_line() {
         "{out}"
     );
 }
+
+/// `engram data stream` writes the rows a run trains on in the run's order: each epoch a
+/// permutation of the task's training rows, with their ids `[max_len]`; and the first step's
+/// loss the run logs (`log_every = 1`, no dropout) is the starting model's mean cross-entropy
+/// on the first `batch_size` rows written, where the next chunk's rows give another loss.
+/// A joint config and an existing `--out` are refused.
+#[test]
+fn data_stream_writes_the_rows_a_run_takes_in_its_order() {
+    use engram::core::burn::tensor::{Tensor, TensorData};
+    use engram::core::model::{Activation, ForwardCtx};
+    let d = tempfile::tempdir().unwrap();
+    let cfg = setup(d.path());
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "epochs = 1\nbatch_size = 4\n",
+        "epochs = 2\nbatch_size = 2\nlog_every = 1\n",
+    );
+    std::fs::write(
+        &cfg,
+        text.replace("vocab = 200\n", "vocab = 200\ndropout = 0.0\n"),
+    )
+    .unwrap();
+    let out = d.path().join("stream.json");
+    let args = |extra: &[&str]| {
+        let mut a = vec!["data", "stream", cfg.to_str().unwrap(), "--out"];
+        a.push(out.to_str().unwrap());
+        a.extend_from_slice(extra);
+        crate::util::run(&a)
+    };
+    let (code, msg) = args(&[]);
+    assert_eq!(code, 0, "{msg}");
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(
+        (s["epochs"].as_u64(), s["batch_size"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let task = &s["tasks"][0];
+    // No mask_logits: no class is masked.
+    assert_eq!(task["allowed"], serde_json::Value::Null);
+    assert_eq!(task["eval"]["split"], "test");
+    let rows: Vec<u64> = serde_json::from_value(task["train"]["rows"].clone()).unwrap();
+    let ids: Vec<Vec<i64>> = serde_json::from_value(task["train"]["ids"].clone()).unwrap();
+    let labels: Vec<i64> = serde_json::from_value(task["train"]["labels"].clone()).unwrap();
+    // 6 training documents (half of 12 at test_fraction 0.5), two epochs of them.
+    assert_eq!((rows.len(), ids.len(), labels.len()), (12, 12, 12));
+    assert!(ids.iter().all(|r| r.len() == 12));
+    let (mut e0, mut e1) = (rows[..6].to_vec(), rows[6..].to_vec());
+    assert_ne!(e0, e1, "each epoch draws its own order");
+    e0.sort_unstable();
+    e1.sort_unstable();
+    assert_eq!(e0, e1);
+    e0.dedup();
+    assert_eq!(e0.len(), 6);
+
+    // The run's first logged loss is the mean cross-entropy on rows 0..2 of the file.
+    let (code, msg) = run_quiet(&cfg, &d.path().join("run"), &[], &[]);
+    assert_eq!(code, 0, "{msg}");
+    let steps = std::fs::read_to_string(d.path().join("run/steps.csv")).unwrap();
+    let first: f64 = steps
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .nth(4)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let loaded = engram::core::config::LoadedConfig::load(&cfg, &[]).unwrap();
+    let p = engram::core::train::trainer::prepare(loaded, &engram::registry()).unwrap();
+    let (model, _) = p.build_initial_model(&p.device).unwrap();
+    let loss = |at: usize| {
+        let flat: Vec<f32> = ids[at..at + 2]
+            .iter()
+            .flatten()
+            .map(|&i| i as f32)
+            .collect();
+        let x = Tensor::<2>::from_data(TensorData::new(flat, [2, 12]), &p.device);
+        let z = model
+            .forward(Activation::Flat(x), &ForwardCtx::evaluation(None))
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .unwrap();
+        (0..2)
+            .map(|i| {
+                let row: Vec<f64> = z[i * 2..i * 2 + 2].iter().map(|&v| f64::from(v)).collect();
+                let m = row[0].max(row[1]);
+                let lse = m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+                lse - row[labels[at + i] as usize]
+            })
+            .sum::<f64>()
+            / 2.0
+    };
+    assert!(
+        (loss(0) - first).abs() < 2e-6,
+        "{} vs the run's {first}",
+        loss(0)
+    );
+    assert!(
+        (loss(2) - first).abs() > 1e-4,
+        "the next chunk gives {}",
+        loss(2)
+    );
+
+    // Refusals: an existing --out, a joint run.
+    let (code, msg) = args(&[]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("already exists"), "{msg}");
+    let (code, msg) = args(&["--overwrite", "--set", "train.joint=true"]);
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.contains("joint"), "{msg}");
+}
