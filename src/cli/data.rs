@@ -179,40 +179,54 @@ pub fn data(cli: &Cli, registry: &Registry, args: &DataArgs) -> Result<()> {
             out,
             sets,
             overwrite,
-        } => {
-            let existing = engram::outpath::Existing::Overwrite(*overwrite);
-            engram::outpath::check_file(out, "--out", existing)?;
-            let cfg = engram::core::config::LoadedConfig::load(config, sets)?;
-            let p = super::prepare(cfg, registry, sets)?;
-            let c = &p.cfg.config;
-            if c.train.joint {
-                return Err(engram::core::Error::Usage(
-                    "data stream: a joint run trains one round over every task's rows at once; this writes the stream task by task (remove joint = true)".into(),
-                ));
-            }
-            let json = stream_json(&p.stream, c.run.seed, c.train.epochs, c.train.batch_size);
-            let mut bytes = serde_json::to_vec(&json)
-                .map_err(|e| engram::core::Error::Other(format!("data stream: {e}")))?;
-            bytes.push(b'\n');
-            engram::outpath::write_file(out, "--out", existing, &bytes)?;
-            if !cli.quiet {
-                println!(
-                    "{}: {} tasks, {} training and {} evaluation rows",
-                    out.display(),
-                    p.stream.len(),
-                    p.stream
-                        .tasks
-                        .iter()
-                        .map(|t| t.train.len() * c.train.epochs)
-                        .sum::<usize>(),
-                    (0..p.stream.len())
-                        .map(|t| p.stream.eval_rows(t).0.len())
-                        .sum::<usize>()
-                );
-            }
-            Ok(())
-        }
+        } => stream(cli, registry, config, out, sets, *overwrite),
     }
+}
+
+/// `engram data stream CONFIG --out FILE`: the JSON of [`stream_json`] for the run `config`
+/// (with `sets`) would train, written atomically to `out`.
+///
+/// # Errors
+/// The config's and the data's errors as `engram validate` gives them; [`Error::Usage`] for a
+/// joint config or an `out` that exists without `overwrite` (or cannot be written).
+///
+/// [`Error::Usage`]: engram::core::Error::Usage
+fn stream(
+    cli: &Cli,
+    registry: &Registry,
+    config: &std::path::Path,
+    out: &std::path::Path,
+    sets: &[String],
+    overwrite: bool,
+) -> Result<()> {
+    let existing = engram::outpath::Existing::Overwrite(overwrite);
+    engram::outpath::check_file(out, "--out", existing)?;
+    let cfg = engram::core::config::LoadedConfig::load(config, sets)?;
+    let p = super::prepare(cfg, registry, sets)?;
+    let c = &p.cfg.config;
+    if c.train.joint {
+        return Err(engram::core::Error::Usage(
+            "data stream: a joint run trains one round over every task's rows at once; this writes the stream task by task (remove joint = true)".into(),
+        ));
+    }
+    let json = stream_json(&p.stream, c.run.seed, c.train.epochs, c.train.batch_size);
+    let mut bytes = serde_json::to_vec(&json)
+        .map_err(|e| engram::core::Error::Other(format!("data stream: {e}")))?;
+    bytes.push(b'\n');
+    engram::outpath::write_file(out, "--out", existing, &bytes)?;
+    if !cli.quiet {
+        let train: usize = p.stream.tasks.iter().map(|t| t.train.len()).sum();
+        let eval: usize = (0..p.stream.len())
+            .map(|t| p.stream.eval_rows(t).0.len())
+            .sum();
+        println!(
+            "{}: {} tasks, {} training and {eval} evaluation rows",
+            out.display(),
+            p.stream.len(),
+            train * c.train.epochs,
+        );
+    }
+    Ok(())
 }
 
 /// The stream `engram data stream` writes (see its help): `epochs` epochs of each task's
