@@ -7,9 +7,10 @@
 # dropout, since a dropout mask is a draw the two sides cannot share; engram's adapters on each
 # of its two paths (PATHS: `activation`, x·A·B beside the frozen layer as PEFT computes it, and
 # `weight`, Burn's W₀ + (α/r)·A·B, what `path = "auto"` picks without dropout). For each seed:
-#   1. bench/reference/peft_twin.py init: PEFT draws the starting adapters (its Kaiming-uniform
+#   1. `engram data stream` writes the rows the engram run trains on, in its order (and the
+#      head's class count);
+#   2. bench/reference/peft_twin.py init: PEFT draws the starting adapters (its Kaiming-uniform
 #      A, B = 0) and torch the head; engram starts from them with `[model] adapter = DIR`;
-#   2. `engram data stream` writes the rows the engram run trains on, in its order;
 #   3. `engram run` trains and evaluates, once a path; bench/reference/peft_twin.py train does
 #      the same in PyTorch + PEFT on those rows, batch by batch, with AdamW set as Burn's.
 # Both sides run one after the other on THREADS threads; peak memory is each process's peak
@@ -38,26 +39,30 @@ rm -rf "$W"
 mkdir -p "$W"
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 export ENGRAM_DATA=$DATA
-classes=13
 for seed in $SEEDS; do
     s="$W/seed-$seed"
     mkdir -p "$s"
-    "$PY" "$TWIN" init "$s/init" --base "$DATA/minilm" --classes $classes --seed "$seed" \
-        > "$s/init.log" 2>&1
     # The example's stream and model at this slice, lora-naive's learning rate, no replay,
-    # no dropout, the adapters and head PEFT drew.
+    # no dropout.
     sed -e "s#\.\./\.\./data#$DATA#g" \
         -e "s/^seed = .*/seed = $seed/" \
         -e "s/^subsample = .*/subsample = $SUBSAMPLE/" \
         -e "s/^test_subsample = .*/test_subsample = $TEST/" \
         -e "s/^lr = .*/lr = $LR/" \
-        -e "s#^pooling = .*#pooling = \"mean\"\ndropout = 0.0\nadapter = \"$s/init\"#" \
+        -e "s#^pooling = .*#pooling = \"mean\"\ndropout = 0.0#" \
         -e '/^\[\[forgetting\]\]/,$d' "$BASE" > "$s/engram.toml"
     printf '[[memory]]\ntype = "lora"\nrank = 8\nalpha = 16.0\n' >> "$s/engram.toml"
     echo "== seed $seed" >&2
     "$E" data stream "$s/engram.toml" --out "$s/stream.json" -q
+    classes=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["classes"])' \
+        "$s/stream.json")
+    # PEFT draws the adapters and torch the head; engram starts from them.
+    "$PY" "$TWIN" init "$s/init" --base "$DATA/minilm" --classes "$classes" --seed "$seed" \
+        > "$s/init.log" 2>&1
     for path in $PATHS; do
-        sed "s/^alpha = 16.0$/alpha = 16.0\npath = \"$path\"/" "$s/engram.toml" > "$s/$path.toml"
+        sed -e "s/^alpha = 16.0$/alpha = 16.0\npath = \"$path\"/" \
+            -e "s#^dropout = 0.0\$#dropout = 0.0\nadapter = \"$s/init\"#" \
+            "$s/engram.toml" > "$s/$path.toml"
         RAYON_NUM_THREADS=$THREADS /usr/bin/time -f %M -o "$s/$path.rss" \
             "$E" run "$s/$path.toml" --out "$s/$path" -q > "$s/$path.log" 2>&1
     done
