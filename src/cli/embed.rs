@@ -363,7 +363,7 @@ fn pooled(
         let x: Vec<f32> = chunk.iter().map(|&i| i as f32).collect();
         let x = Tensor::<2>::from_data(TensorData::new(x, [b, max_len]), device);
         let ctx = ForwardCtx::evaluation(None);
-        let Activation::Tokens { hidden, mask } =
+        let Activation::Tokens { hidden, mask, .. } =
             model.forward_range(0..blocks - 1, Activation::Flat(x), &ctx)
         else {
             return Err(Error::Other("the BERT encoder gave no token states".into()));

@@ -25,7 +25,7 @@ fn ids_input(rows: &[Vec<i64>], device: &Device) -> Tensor<2> {
 fn last_hidden(model: &Model, x: Tensor<2>) -> (Tensor<3>, Tensor<2, Bool>) {
     let n = model.num_blocks();
     match model.forward_range(0..n - 1, Activation::Flat(x), &ForwardCtx::evaluation(None)) {
-        Activation::Tokens { hidden, mask } => (hidden, mask),
+        Activation::Tokens { hidden, mask, .. } => (hidden, mask),
         other => panic!("the encoder gave {other:?}"),
     }
 }
@@ -169,6 +169,67 @@ fn small_shape(pooling: Pooling, dropout: f64) -> BertShape {
         pad_id: 0,
         pooling,
     }
+}
+
+/// A batch without padding leaves attention's scores unmasked (`padded` is `false`), and that
+/// is exact: the logits and the gradient reaching the embeddings' output are the same bits as
+/// with the mask applied (an all-`false` mask). A batch with a pad id is flagged.
+#[test]
+fn attention_without_padding_skips_the_mask_exactly() {
+    let ad = Device::flex().autodiff();
+    let mut rng = engram::core::rng::stream(3, "init", 0, 0);
+    let model = bert::build_bert(&small_shape(Pooling::Mean, 0.0), 3, &mut rng, &ad);
+    let n = model.num_blocks();
+    let ctx = ForwardCtx::training(None);
+    let embed =
+        |rows: &[Vec<i64>]| model.forward_range(0..1, Activation::Flat(ids_input(rows, &ad)), &ctx);
+    let padded_of = |a: &Activation| match a {
+        Activation::Tokens { padded, .. } => *padded,
+        other => panic!("the embeddings gave {other:?}"),
+    };
+    let (rows, _) = synthetic(4, 9);
+    assert!(padded_of(&embed(&rows)), "synthetic rows end in pad ids");
+    let full: Vec<Vec<i64>> = (0..4)
+        .map(|i| (0..12).map(|t| 8 + (i * 7 + t * 3) % 32).collect())
+        .collect();
+    let tokens = embed(&full);
+    assert!(!padded_of(&tokens));
+    // The rest of the network from the same (detached) embeddings, the mask skipped and
+    // applied; a fixed weighting of the logits as the loss.
+    let run = |padded: bool| {
+        let Activation::Tokens { hidden, mask, .. } = tokens.clone().detach() else {
+            unreachable!()
+        };
+        let hidden = hidden.require_grad();
+        let x = Activation::Tokens {
+            hidden: hidden.clone(),
+            mask,
+            padded,
+        };
+        let logits = model.forward_range(1..n, x, &ctx).into_flat();
+        let w = Tensor::<2>::from_data(
+            TensorData::new(
+                (0..12).map(|i| (i as f32 - 5.5) / 4.0).collect::<Vec<_>>(),
+                [4, 3],
+            ),
+            &ad,
+        );
+        let grads = (logits.clone() * w).sum().backward();
+        let g = hidden
+            .grad(&grads)
+            .expect("the embeddings' output has a gradient");
+        (
+            logits.into_data().try_to_vec::<f32>().unwrap(),
+            g.into_data().try_to_vec::<f32>().unwrap(),
+        )
+    };
+    let (skipped, g_skipped) = run(false);
+    let (masked, g_masked) = run(true);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&skipped), bits(&masked));
+    assert_eq!(bits(&g_skipped), bits(&g_masked));
+    assert_eq!(g_skipped.len(), 4 * 12 * 32);
+    assert!(g_skipped.iter().any(|x| *x != 0.0), "a gradient to compare");
 }
 
 /// EWC's default layered-importance group, `attention|attn`, matches exactly the four

@@ -467,7 +467,7 @@ fn an_adapter_peft_saved_loads_to_peft_outputs() {
         let flat: Vec<f32> = ids.iter().flatten().map(|&i| i as f32).collect();
         let x = Tensor::<2>::from_data(TensorData::new(flat, [3, 12]), &Device::flex());
         let n = model.num_blocks();
-        let Activation::Tokens { hidden, mask } =
+        let Activation::Tokens { hidden, mask, .. } =
             model.forward_range(0..n - 1, Activation::Flat(x), &ForwardCtx::evaluation(None))
         else {
             panic!("the encoder gives tokens");

@@ -25,6 +25,11 @@ pub enum Activation {
         hidden: Tensor<3>,
         /// `[batch, tokens]`, `true` where the token is real (not padding).
         mask: Tensor<2, Bool>,
+        /// `false` only when every entry of `mask` is `true` (no token is padding), which lets
+        /// attention leave its scores unmasked: a mask that masks nothing changes no value,
+        /// forward or backward, so skipping it is exact. `true` when some token may be padding
+        /// (a sub-batch keeps its batch's flag).
+        padded: bool,
     },
     /// Token ids `[batch, len]`, a text batch's input ([`Input::Ids`](crate::data::input::Input)):
     /// what an embedding block (BERT's [`Embeddings`](crate::model::bert::Embeddings)) reads.
@@ -62,7 +67,9 @@ impl Activation {
     /// head classifies), any other activation as [`Activation::into_flat`] gives it.
     pub fn into_features(self, pooling: crate::model::bert::Pooling) -> Tensor<2> {
         match self {
-            Activation::Tokens { hidden, mask } => crate::model::bert::pool(hidden, &mask, pooling),
+            Activation::Tokens { hidden, mask, .. } => {
+                crate::model::bert::pool(hidden, &mask, pooling)
+            }
             other => other.into_flat(),
         }
     }
@@ -115,9 +122,14 @@ impl Activation {
             Activation::Flat(t) => Activation::Flat(t.detach()),
             Activation::Seq(t) => Activation::Seq(t.detach()),
             Activation::Image(t) => Activation::Image(t.detach()),
-            Activation::Tokens { hidden, mask } => Activation::Tokens {
+            Activation::Tokens {
+                hidden,
+                mask,
+                padded,
+            } => Activation::Tokens {
                 hidden: hidden.detach(),
                 mask,
+                padded,
             },
             Activation::Ids(t) => Activation::Ids(t),
         }
@@ -130,9 +142,14 @@ impl Activation {
             Activation::Flat(t) => Activation::Flat(t.grad(grads)?),
             Activation::Seq(t) => Activation::Seq(t.grad(grads)?),
             Activation::Image(t) => Activation::Image(t.grad(grads)?),
-            Activation::Tokens { hidden, mask } => Activation::Tokens {
+            Activation::Tokens {
+                hidden,
+                mask,
+                padded,
+            } => Activation::Tokens {
                 hidden: hidden.grad(grads)?,
                 mask: mask.clone(),
+                padded: *padded,
             },
             Activation::Ids(_) => return None,
         })
@@ -184,9 +201,14 @@ impl Activation {
             Activation::Flat(t) => Activation::Flat(t.select(0, idx)),
             Activation::Seq(t) => Activation::Seq(t.select(0, idx)),
             Activation::Image(t) => Activation::Image(t.select(0, idx)),
-            Activation::Tokens { hidden, mask } => Activation::Tokens {
+            Activation::Tokens {
+                hidden,
+                mask,
+                padded,
+            } => Activation::Tokens {
                 hidden: hidden.select(0, idx.clone()),
                 mask: mask.select(0, idx),
+                padded,
             },
             Activation::Ids(t) => Activation::Ids(t.select(0, idx)),
         }
@@ -198,9 +220,14 @@ impl Activation {
             Activation::Flat(t) => Activation::Flat(t.require_grad()),
             Activation::Seq(t) => Activation::Seq(t.require_grad()),
             Activation::Image(t) => Activation::Image(t.require_grad()),
-            Activation::Tokens { hidden, mask } => Activation::Tokens {
+            Activation::Tokens {
+                hidden,
+                mask,
+                padded,
+            } => Activation::Tokens {
                 hidden: hidden.require_grad(),
                 mask,
+                padded,
             },
             Activation::Ids(t) => Activation::Ids(t),
         }

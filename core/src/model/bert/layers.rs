@@ -43,6 +43,8 @@ impl Block for Embeddings {
             other => other.into_flat().cast(DType::F32).int(),
         };
         let mask: Tensor<2, Bool> = ids.clone().not_equal_elem(self.pad_id as i64);
+        // One read of the batch a forward pass (a device sync on a GPU) instead of one a layer.
+        let padded = mask.clone().bool_not().any().into_scalar::<bool>();
         let [_, len] = ids.dims();
         let words = self.word.forward(ids);
         let pos = self
@@ -64,7 +66,11 @@ impl Block for Embeddings {
         } else {
             hidden.cast(dt)
         };
-        Activation::Tokens { hidden, mask }
+        Activation::Tokens {
+            hidden,
+            mask,
+            padded,
+        }
     }
     fn token_vocab(&self) -> Option<usize> {
         Some(self.word.weight.dims()[0])
@@ -96,10 +102,19 @@ pub struct SelfAttention {
 
 impl SelfAttention {
     /// `x` `[batch, tokens, hidden]`, `mask` `[batch, tokens]` (`true` at real tokens) →
-    /// `[batch, tokens, hidden]` (before the residual and the norm).
+    /// `[batch, tokens, hidden]` (before the residual and the norm). With `padded` `false` (no
+    /// `false` in `mask`) the scores are not masked: the same values, one pass over
+    /// `[batch, heads, tokens, tokens]` fewer each way (what `transformers` does when its
+    /// attention mask is all ones).
     /// Its linear layers go through [`ForwardCtx::linear`] as `attention.{query,key,value,
     /// output}` (the block's activation-path adapters).
-    pub fn forward(&self, x: Tensor<3>, mask: &Tensor<2, Bool>, c: &ForwardCtx) -> Tensor<3> {
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        mask: &Tensor<2, Bool>,
+        padded: bool,
+        c: &ForwardCtx,
+    ) -> Tensor<3> {
         let [b, n, d] = x.dims();
         let h = self.heads;
         let dh = d / h;
@@ -108,12 +123,16 @@ impl SelfAttention {
         let k = split(c.linear(&self.key, "attention.key", x.clone()));
         let v = split(c.linear(&self.value, "attention.value", x));
         let scores = q.matmul(k.swap_dims(2, 3)) / (dh as f64).sqrt();
-        let pad = mask
-            .clone()
-            .bool_not()
-            .reshape([b, 1, 1, n])
-            .expand([b, h, n, n]);
-        let scores = scores.mask_fill(pad, MASKED_SCORE);
+        let scores = if padded {
+            let pad = mask
+                .clone()
+                .bool_not()
+                .reshape([b, 1, 1, n])
+                .expand([b, h, n, n]);
+            scores.mask_fill(pad, MASKED_SCORE)
+        } else {
+            scores
+        };
         let probs = self.dropout.forward(activation::softmax(scores, 3));
         let ctx = probs.matmul(v).swap_dims(1, 2).reshape([b, n, d]);
         c.linear(&self.output, "attention.output", ctx)
@@ -141,7 +160,12 @@ pub struct EncoderLayer {
 
 impl Block for EncoderLayer {
     fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
-        let Activation::Tokens { hidden: x, mask } = x else {
+        let Activation::Tokens {
+            hidden: x,
+            mask,
+            padded,
+        } = x
+        else {
             panic!("a BERT encoder layer takes Activation::Tokens; put the embeddings block first");
         };
         let masked = ForwardCtx {
@@ -151,7 +175,7 @@ impl Block for EncoderLayer {
         let ctx = &masked;
         let a = self
             .dropout
-            .forward(self.attention.forward(x.clone(), &mask, ctx));
+            .forward(self.attention.forward(x.clone(), &mask, padded, ctx));
         let x = norm_f32(&self.norm1, x + a);
         let f = ctx.linear(
             &self.ffn_out,
@@ -159,7 +183,11 @@ impl Block for EncoderLayer {
             activation::gelu(ctx.linear(&self.ffn_in, "ffn_in", x.clone())),
         );
         let x = norm_f32(&self.norm2, x + self.dropout.forward(f));
-        Activation::Tokens { hidden: x, mask }
+        Activation::Tokens {
+            hidden: x,
+            mask,
+            padded,
+        }
     }
     fn kind(&self) -> &'static str {
         "encoder"
@@ -207,7 +235,7 @@ pub struct PoolHead {
 
 impl Block for PoolHead {
     fn forward(&self, x: Activation, ctx: &ForwardCtx) -> Activation {
-        let Activation::Tokens { hidden, mask } = x else {
+        let Activation::Tokens { hidden, mask, .. } = x else {
             panic!("the BERT head takes Activation::Tokens [batch, tokens, hidden]");
         };
         let pooled = self.dropout.forward(pool(hidden, &mask, self.pooling));
