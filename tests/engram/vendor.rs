@@ -693,6 +693,31 @@ fn gelu_is_libm_bit_for_bit() {
             assert!(same(allocating[i], want), "GELU({x:e}) allocating");
         }
     }
+    // Neighbouring bit patterns mostly fall in one of erf's regions; values drawn across the
+    // whole range put several regions (and expf's reductions) into every vector of lanes.
+    let mixed: Vec<f32> = (0..CHUNK)
+        .map(|i| patterns[(i * 1_000_003) % patterns.len()])
+        .collect();
+    let w_mixed = spread(CHUNK, 7);
+    let ad = Device::flex().autodiff();
+    let x = Tensor::<1>::from_data(TensorData::new(mixed.clone(), [CHUNK]), &ad).require_grad();
+    let w = Tensor::<1>::from_data(TensorData::new(w_mixed.clone(), [CHUNK]), &ad);
+    let y = gelu(x.clone());
+    let forward = y.clone().into_data().try_to_vec::<f32>().unwrap();
+    let grads = (y * w).sum().backward();
+    let grad = x
+        .grad(&grads)
+        .unwrap()
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    for (i, (&x, &w)) in mixed.iter().zip(&w_mixed).enumerate() {
+        assert!(same(forward[i], published(x)), "GELU({x:e}) mixed");
+        assert!(
+            same(grad[i], published_grad(x, w)),
+            "GELU'({x:e})·{w} mixed"
+        );
+    }
     // The backward: d/dx Σ GELU(x)·w hands GELU's backward the gradient w.
     let xs: Vec<f32> = (0..=u32::MAX / 997)
         .map(|i| f32::from_bits(i * 997))

@@ -95,7 +95,16 @@ const P2: f32 = -2.7667332906e-3;
 fn expf(x: f32) -> f32 {
     let hx = x.to_bits() & 0x7fff_ffff;
     let neg = x.to_bits() >> 31 != 0;
-    let k_far = (INV_LN2 * x + if neg { -0.5 } else { 0.5 }) as i32;
+    // (engram patch.) `as i32` saturates (NaN to 0, out-of-range values to
+    // the bounds), which LLVM compiles to a scalar conversion with checks a
+    // lane: the whole loop ran a lane at a time. Here the value is first held
+    // to ±1e6 (a NaN becomes -1e6), where the plain truncating conversion is
+    // the same number and vectorises. `k_far` is only kept for `|x| > 1.04`
+    // below overflow (erff's arguments lie in (-36.6, 0]), where both give
+    // the same integer; for the other lanes it is computed and discarded.
+    let v = INV_LN2 * x + if neg { -0.5 } else { 0.5 };
+    // SAFETY: after the clamp `v` is finite and within i32's range.
+    let k_far = unsafe { v.max(-1.0e6).min(1.0e6).to_int_unchecked::<i32>() };
     let k_near = if neg { -1 } else { 1 };
     let reduce = hx > 0x3eb1_7218;
     let k = if !reduce {
