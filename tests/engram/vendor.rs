@@ -658,8 +658,8 @@ fn matmul_outputs_written_whatever_the_memory_held() {
 /// against the published crate's scalar formulas with libm 0.2.16's `erff` and `f32::exp`, bit
 /// for bit: the forward on every 61st f32 bit pattern (70 M values: every sign, exponent,
 /// NaNs, infinities, subnormals), the backward on every 997th and on 917,504 values drawn across
-/// the whole range, with an upstream gradient that varies, both in place (the only handle) and allocating (a second handle kept), on a
-/// transposed view, and at 1, 2 and 3 threads.
+/// the whole range, with an upstream gradient that varies, both in place (the only handle) and
+/// allocating (a second handle kept), on a transposed view, and at 1, 2 and 3 threads.
 #[test]
 fn gelu_is_libm_bit_for_bit() {
     use engram::core::burn::tensor::activation::gelu;
