@@ -224,13 +224,17 @@ fn forward_map_body(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
 }
 
 /// `(-0.5 * x * x).exp()` for a block: glibc's bits in vector registers where
-/// `expf.rs` gives them, else the platform's scalar call.
+/// `expf.rs` gives them (its own build for the CPU's instruction set: inside
+/// this file's macerator loops LLVM keeps that loop scalar), else the
+/// platform's scalar call.
 #[inline(always)]
 fn exps(x: &[f32], e: &mut [f32; BLOCK], vector: bool) {
+    let e = &mut e[..x.len()];
     if vector {
         for (e, &x) in e.iter_mut().zip(x) {
-            *e = crate::ops::expf::expf(-0.5 * x * x);
+            *e = -0.5 * x * x;
         }
+        crate::ops::expf::in_place(e);
     } else {
         for (e, &x) in e.iter_mut().zip(x) {
             *e = (-0.5 * x * x).exp();
