@@ -133,7 +133,10 @@ impl Default for LoraParams {
     }
 }
 
-/// What adapting a model did, for `report.json` (`memory.strategies.lora`).
+/// What adapting a model did, for `report.json` (`memory.strategies.lora`): the counts of the
+/// model as [`Lora`] adapted it, before the first task. Adapters that forgetting strategies add
+/// later (`moe-lora`'s experts, `per-task-lora`'s adapters) are in the report's
+/// `memory.parameters` and `memory.trainable_parameters`, not here.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoraSummary {
     /// The adapted weights' dotted paths.
@@ -342,15 +345,54 @@ impl Lora {
                 })
                 .collect();
             if !unmatched.is_empty() {
-                return Err(err(
-                    key,
+                let message = if rank2 {
                     format!(
-                        "{key} {unmatched:?} name no {}parameter of this model; its layers with rank-2 weights are named {}",
-                        if rank2 { "rank-2 " } else { "" },
+                        "{key} {unmatched:?} name no rank-2 parameter of this model; its layers with rank-2 weights are named {}",
                         layers.join(", ")
-                    ),
-                ));
+                    )
+                } else {
+                    let mut modules: Vec<&str> = params
+                        .iter()
+                        .filter_map(|i| i.path.rsplit_once('.')?.0.rsplit('.').next())
+                        .collect();
+                    modules.sort_unstable();
+                    modules.dedup();
+                    format!(
+                        "{key} {unmatched:?} name no parameter of this model; its layers are named {}",
+                        modules.join(", ")
+                    )
+                };
+                return Err(err(key, message));
             }
+        }
+        // A layer both adapted and trained in full would train its base weight under its
+        // adapters: the frozen base LoRA promises would be gone, and the adapters could not be
+        // exported apart from it.
+        let both: Vec<&String> = p
+            .train
+            .iter()
+            .filter(|t| {
+                params.iter().any(|i| {
+                    i.shape.len() == 2
+                        && module_matches(&i.path, t)
+                        && p.targets.iter().any(|g| module_matches(&i.path, g))
+                })
+            })
+            .collect();
+        if !both.is_empty() {
+            let message = format!(
+                "train {both:?} names layers that targets adapts: their base weights would train in full under the adapters, where LoRA keeps an adapted layer's base frozen"
+            );
+            return Err(match &self.src {
+                Some(src) => src.key_error(
+                    "train",
+                    message,
+                    Some(format!(
+                        "leave {both:?} out of train (or out of targets, to train them in full without adapters)"
+                    )),
+                ),
+                None => err("train", message),
+            });
         }
         let targeted: Vec<ParamInfo> = params
             .iter()

@@ -129,22 +129,31 @@ fn lora_trains_the_adapters_only_resumes_and_exports_merged_weights() {
     assert!(!keys.iter().any(|k| k.contains("lora")), "{keys:?}");
 }
 
-/// A target that names no layer of the model is refused before anything is written (exit 2).
+/// A target that names no layer of the model, a `train` name that names no parameter, and a
+/// layer named by both `targets` and `train` (its base would train in full under its
+/// adapters) are refused before anything is written (exit 2), at the entry's line.
 #[test]
 fn lora_targets_that_name_no_layer_are_refused() {
     let d = tempfile::tempdir().unwrap();
-    let cfg = config(
-        d.path(),
-        "[[memory]]\ntype = \"lora\"\ntargets = [\"q_proj\"]\n",
-    );
-    let out = d.path().join("out");
-    let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
-    assert_eq!(code, 2, "{msg}");
-    assert!(
-        msg.contains("q_proj") && msg.contains("query") && msg.contains(".toml:"),
-        "{msg}"
-    );
-    assert!(!out.join("report.json").exists());
+    for (lora, says) in [
+        ("targets = [\"q_proj\"]\n", ["q_proj", "query"]),
+        // `train` takes any layer with parameters (a norm too), and its list says so.
+        ("train = [\"nosuch\"]\n", ["nosuch", "norm1"]),
+        (
+            "targets = [\"query\"]\ntrain = [\"query\"]\n",
+            ["[\"query\"] names layers that targets adapts", "frozen"],
+        ),
+    ] {
+        let cfg = config(d.path(), &format!("[[memory]]\ntype = \"lora\"\n{lora}"));
+        let out = d.path().join("out");
+        let (code, msg) = run_quiet(&cfg, &out, &[], &[]);
+        assert_eq!(code, 2, "{lora}: {msg}");
+        assert!(
+            says.iter().all(|w| msg.contains(w)) && msg.contains(".toml:"),
+            "{lora}: {msg}"
+        );
+        assert!(!out.join("report.json").exists(), "{lora}");
+    }
 }
 
 /// The forgetting strategies keep working when only adapters train: EWC (its Fisher over the
