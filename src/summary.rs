@@ -150,7 +150,12 @@ fn accuracy_table(r: &Report) -> String {
         }
         match &r.init {
             Some(i) => {
-                let _ = write!(s, "  (from {})", i.file.display());
+                let _ = write!(s, "  (from {}", i.file.display());
+                // `[model] adapter`: the adapters (and an exported head) loaded over the base.
+                if let Some(a) = r.config["model"]["adapter"].as_str() {
+                    let _ = write!(s, " with the adapter {a}");
+                }
+                s.push(')');
             }
             None => s.push_str("  (random start)"),
         }

@@ -309,6 +309,15 @@ fn peft_export_and_adapter_refuse_bad_requests() {
     );
     let (code, log) = run(&["export", o, "--peft", a, "--overwrite"]);
     assert_eq!(code, 0, "{log}");
+    // A run that loads it names it in its summary's `initial` row, beside the base.
+    let c = config(d.path(), "loads.toml", &format!("adapter = \"{a}\"\n"), "");
+    let loads = d.path().join("loads");
+    let (code, summary) = run(&["run", c.to_str().unwrap(), "--out", loads.to_str().unwrap()]);
+    assert_eq!(code, 0, "{summary}");
+    assert!(
+        summary.contains(&format!("model.safetensors with the adapter {a})")),
+        "{summary}"
+    );
 
     // A run without adapters: nothing to write, and no directory left behind.
     let plain = d.path().join("plain.toml");
@@ -424,6 +433,38 @@ fn peft_export_and_adapter_refuse_bad_requests() {
     assert_eq!(code, 2, "{log}");
     assert!(
         log.contains("rs.toml:17:") && log.contains("rsLoRA"),
+        "{log}"
+    );
+    // engram's head read from other pooled features than it was trained on would give another
+    // model's logits: a head trained with mean pooling under `pooling = "cls"`, and a head
+    // whose engram_head.json is gone (its pooling unknown), are refused.
+    let c = config(
+        d.path(),
+        "cls.toml",
+        &format!("{adapter}pooling = \"cls\"\n"),
+        "",
+    );
+    let (code, log) = run(&["validate", c.to_str().unwrap()]);
+    assert_eq!(code, 2, "{log}");
+    assert!(
+        log.contains("cls.toml:16:") && log.contains("pooling \"mean\""),
+        "{log}"
+    );
+    let blind = d.path().join("blind");
+    std::fs::create_dir(&blind).unwrap();
+    for f in [peft::ADAPTER_FILE, peft::CONFIG_FILE, peft::HEAD_FILE] {
+        std::fs::copy(dir.join(f), blind.join(f)).unwrap();
+    }
+    let c = config(
+        d.path(),
+        "blind.toml",
+        &format!("adapter = \"{}\"\n", blind.display()),
+        "",
+    );
+    let (code, log) = run(&["validate", c.to_str().unwrap()]);
+    assert_eq!(code, 2, "{log}");
+    assert!(
+        log.contains("blind.toml:17:") && log.contains("pooling is unknown"),
         "{log}"
     );
 }

@@ -42,7 +42,9 @@ pub fn load(model: Model, dir: &Path) -> std::result::Result<Model, LoadError> {
     let mut new = factor_values(&model, &p, &adapted, r, dir, &c["target_modules"])?;
     let head_path = format!("blocks.{}.linear", p.layers.len() + 1);
     let [hidden, classes] = p.head.linear.weight.shape().dims();
-    head_values(dir, &head_path, hidden, classes, &mut new)?;
+    let pooling = serde_json::to_value(p.head.pooling).unwrap_or_default();
+    let pooled = (&pooling, p.embeddings.pad_id as usize);
+    head_values(dir, &head_path, hidden, classes, pooled, &mut new)?;
     Ok(model.update_params(&mut |info, t| {
         new.remove(&info.path).map(|v| {
             let n = v.len();
@@ -239,16 +241,20 @@ fn factor_values(
 
 /// engram's head from `DIR/engram_head.safetensors` when present (weight `[classes, hidden]`,
 /// bias `[classes]`) into `new` at `head_path`, in engram's layout; refuses a shape that does
-/// not fit.
+/// not fit, and a head whose `engram_head.json` is missing or was trained on another pooling
+/// or pad id than this model's `pooled` (`[model] pooling` as JSON, the pad id): the same
+/// weights read from other pooled features give other logits.
 fn head_values(
     dir: &Path,
     head_path: &str,
     hidden: usize,
     classes: usize,
+    pooled: (&serde_json::Value, usize),
     new: &mut HashMap<String, Vec<f32>>,
 ) -> std::result::Result<(), LoadError> {
     let head_file = dir.join(HEAD_FILE);
     if head_file.exists() {
+        check_head_config(&dir.join(HEAD_CONFIG), pooled)?;
         let head = read_safetensors(&head_file).map_err(|m| refuse(m, None))?;
         for (name, want) in [("weight", vec![classes, hidden]), ("bias", vec![classes])] {
             let Some((shape, v)) = head.get(name) else {
@@ -273,6 +279,48 @@ fn head_values(
             };
             new.insert(format!("{head_path}.{name}"), values);
         }
+    }
+    Ok(())
+}
+
+/// `engram_head.json` at `file` against this model's pooling and pad id (see [`head_values`]).
+fn check_head_config(
+    file: &Path,
+    (pooling, pad_id): (&serde_json::Value, usize),
+) -> std::result::Result<(), LoadError> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        refuse(
+            format!(
+                "{}: {e}; the directory has {HEAD_FILE} without it, so the head's pooling is unknown",
+                file.display()
+            ),
+            Some("export the adapter again with `engram export --peft DIR`, which writes both".into()),
+        )
+    })?;
+    let c: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| refuse(format!("{}: {e}", file.display()), None))?;
+    if &c["pooling"] != pooling {
+        return Err(refuse(
+            format!(
+                "{}: the head was trained on pooling {}, where this model pools with {pooling}",
+                file.display(),
+                c["pooling"]
+            ),
+            Some(format!(
+                "set [model] pooling = {} (the exported run's), or delete {HEAD_FILE} to train a new head",
+                c["pooling"]
+            )),
+        ));
+    }
+    if c["pad_token_id"].as_u64() != Some(pad_id as u64) {
+        return Err(refuse(
+            format!(
+                "{}: the head was trained with pad_token_id {}, where this model's is {pad_id}",
+                file.display(),
+                c["pad_token_id"]
+            ),
+            Some("load it over the base model the run was exported from".into()),
+        ));
     }
     Ok(())
 }
