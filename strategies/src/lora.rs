@@ -315,25 +315,15 @@ impl Lora {
         }
     }
 
-    /// The parameters `targets` adapts, after checking that every name of `targets` and
-    /// `train` names something, that the model carries no adapters yet, that the rank fits,
-    /// and, on the activation path, that every target is a linear layer routed through it.
-    fn targeted(
-        &self,
-        model: &Model,
-        params: &[ParamInfo],
-        linears: &[LinearLayer],
-    ) -> Result<Vec<ParamInfo>> {
+    /// Checks that every name of `targets` (a rank-2 parameter) and of `train` (any parameter)
+    /// names something of `params`, and that no layer is named by both (`layers`: the names
+    /// for the hint).
+    ///
+    /// # Errors
+    /// A config error at the key, naming the unmatched or doubly named entries.
+    fn check_names(&self, params: &[ParamInfo], layers: &[&str]) -> Result<()> {
         let p = &self.params;
-        let layers = self.layer_names(params, linears);
-        let err = |key: &str, message: String| self.error(key, message, &layers);
-        if params.iter().any(|i| i.path.contains(".lora.")) || model.adapters().is_some() {
-            return Err(err(
-                "targets",
-                "the model already carries LoRA adapters (adapters on adapters are not supported)"
-                    .into(),
-            ));
-        }
+        let err = |key: &str, message: String| self.error(key, message, layers);
         // Every name must name something: a misspelt one would silently leave its layers out.
         for (key, names, rank2) in [("targets", &p.targets, true), ("train", &p.train, false)] {
             let unmatched: Vec<&String> = names
@@ -394,6 +384,29 @@ impl Lora {
                 None => err("train", message),
             });
         }
+        Ok(())
+    }
+
+    /// The parameters `targets` adapts, after checking that every name of `targets` and
+    /// `train` names something, that the model carries no adapters yet, that the rank fits,
+    /// and, on the activation path, that every target is a linear layer routed through it.
+    fn targeted(
+        &self,
+        model: &Model,
+        params: &[ParamInfo],
+        linears: &[LinearLayer],
+    ) -> Result<Vec<ParamInfo>> {
+        let p = &self.params;
+        let layers = self.layer_names(params, linears);
+        let err = |key: &str, message: String| self.error(key, message, &layers);
+        if params.iter().any(|i| i.path.contains(".lora.")) || model.adapters().is_some() {
+            return Err(err(
+                "targets",
+                "the model already carries LoRA adapters (adapters on adapters are not supported)"
+                    .into(),
+            ));
+        }
+        self.check_names(params, &layers)?;
         let targeted: Vec<ParamInfo> = params
             .iter()
             .filter(|i| i.shape.len() == 2 && p.targets.iter().any(|t| module_matches(&i.path, t)))
