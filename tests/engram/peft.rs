@@ -269,8 +269,10 @@ fn round_trip(pooling: &str, lora_extra: &str) {
 
 /// Bad requests are usage or config errors (exit 2) that say what to do: both targets, a
 /// layout with --peft, a run without adapters, a non-empty directory, adapters merged into the
-/// base or on an embedding (no directory left behind); an adapter whose rank,
-/// layers or directory do not match the run, at `[model] adapter`'s line.
+/// base or on an embedding (no directory left behind); an adapter whose rank, layers,
+/// scaling (rsLoRA) or directory do not match the run, or whose head was trained on another
+/// pooling or lost its engram_head.json, at `[model] adapter`'s line. A run that loads an
+/// adapter names it in its summary.
 #[test]
 fn peft_export_and_adapter_refuse_bad_requests() {
     let d = tempfile::tempdir().unwrap();
@@ -411,29 +413,37 @@ fn peft_export_and_adapter_refuse_bad_requests() {
             "{name}: {log}"
         );
     }
-    // An rsLoRA adapter scales by α/√r, which engram's adapter does not: refused.
-    let rs = d.path().join("rs");
-    std::fs::create_dir(&rs).unwrap();
-    for f in [peft::ADAPTER_FILE, peft::CONFIG_FILE] {
-        std::fs::copy(dir.join(f), rs.join(f)).unwrap();
-    }
-    let text = std::fs::read_to_string(rs.join(peft::CONFIG_FILE)).unwrap();
-    std::fs::write(
-        rs.join(peft::CONFIG_FILE),
-        text.replace("\"use_rslora\": false", "\"use_rslora\": true"),
-    )
-    .unwrap();
-    let c = config(
-        d.path(),
-        "rs.toml",
-        &format!("adapter = \"{}\"\n", rs.display()),
-        "",
-    );
-    let (code, log) = run(&["validate", c.to_str().unwrap()]);
-    assert_eq!(code, 2, "{log}");
-    assert!(
-        log.contains("rs.toml:17:") && log.contains("rsLoRA"),
-        "{log}"
+    // A copy of the export's `files` (edited by `edit`) named `name` is refused at the
+    // adapter's line with a message containing `says`.
+    let refused_copy = |name: &str, files: &[&str], edit: &dyn Fn(&Path), says: &str| {
+        let copy = d.path().join(name);
+        std::fs::create_dir(&copy).unwrap();
+        for f in files {
+            std::fs::copy(dir.join(f), copy.join(f)).unwrap();
+        }
+        edit(&copy);
+        let toml = format!("{name}.toml");
+        let adapter = format!("adapter = \"{}\"\n", copy.display());
+        let c = config(d.path(), &toml, &adapter, "");
+        let (code, log) = run(&["validate", c.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {log}");
+        assert!(
+            log.contains(&format!("{toml}:17:")) && log.contains(says),
+            "{name}: {log}"
+        );
+    };
+    // An rsLoRA adapter scales by α/√r, which engram's adapter does not.
+    let rslora = |copy: &Path| {
+        let file = copy.join(peft::CONFIG_FILE);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let text = text.replace("\"use_rslora\": false", "\"use_rslora\": true");
+        std::fs::write(file, text).unwrap();
+    };
+    refused_copy(
+        "rs",
+        &[peft::ADAPTER_FILE, peft::CONFIG_FILE],
+        &rslora,
+        "rsLoRA",
     );
     // engram's head read from other pooled features than it was trained on would give another
     // model's logits: a head trained with mean pooling under `pooling = "cls"`, and a head
@@ -450,23 +460,8 @@ fn peft_export_and_adapter_refuse_bad_requests() {
         log.contains("cls.toml:16:") && log.contains("pooling \"mean\""),
         "{log}"
     );
-    let blind = d.path().join("blind");
-    std::fs::create_dir(&blind).unwrap();
-    for f in [peft::ADAPTER_FILE, peft::CONFIG_FILE, peft::HEAD_FILE] {
-        std::fs::copy(dir.join(f), blind.join(f)).unwrap();
-    }
-    let c = config(
-        d.path(),
-        "blind.toml",
-        &format!("adapter = \"{}\"\n", blind.display()),
-        "",
-    );
-    let (code, log) = run(&["validate", c.to_str().unwrap()]);
-    assert_eq!(code, 2, "{log}");
-    assert!(
-        log.contains("blind.toml:17:") && log.contains("pooling is unknown"),
-        "{log}"
-    );
+    let files = [peft::ADAPTER_FILE, peft::CONFIG_FILE, peft::HEAD_FILE];
+    refused_copy("blind", &files, &|_| {}, "pooling is unknown");
 }
 
 /// Theirs reach engram: the random adapter PEFT saved for bert-tiny
