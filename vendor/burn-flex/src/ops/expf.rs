@@ -144,10 +144,12 @@ fn map_body(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
 
 /// The loops compiled for AVX-512 and for AVX2 with FMA, picked at run time.
 /// Not macerator's `with_simd`: through its dispatch closure LLVM kept this
-/// loop scalar (one `vcvtsd2ss` a lane; the table gather is the likely
-/// cause), at about 2.4 ns an element, where a function with the target
-/// features itself vectorises it with `vpgatherqq` (about 0.9 ns an element,
-/// `[16, 12, 128, 128]` at 1 thread).
+/// loop over a slice scalar (one `vcvtsd2ss` a lane, no gather), at about
+/// 2.4 ns an element, where a function with the target features itself
+/// vectorises it with `vpgatherqq` (about 0.9 ns an element, `[16, 12, 128,
+/// 128]` at 1 thread). GELU's backward, whose loop runs over fixed blocks of
+/// 256, was vectorised inside macerator; it calls [`in_place`] now, so that
+/// every f32 `exp` goes through this one dispatch.
 #[cfg(all(target_arch = "x86_64", feature = "std"))]
 mod direct {
     use core::mem::MaybeUninit;

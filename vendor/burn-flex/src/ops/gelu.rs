@@ -224,9 +224,8 @@ fn forward_map_body(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
 }
 
 /// `(-0.5 * x * x).exp()` for a block: glibc's bits in vector registers where
-/// `expf.rs` gives them (its own build for the CPU's instruction set: inside
-/// this file's macerator loops LLVM keeps that loop scalar), else the
-/// platform's scalar call.
+/// `expf.rs` gives them (through its own dispatch, the one every f32 `exp`
+/// takes), else the platform's scalar call.
 #[inline(always)]
 fn exps(x: &[f32], e: &mut [f32; BLOCK], vector: bool) {
     let e = &mut e[..x.len()];
