@@ -782,6 +782,90 @@ fn exp_is_the_platform_s_bit_for_bit() {
     }
 }
 
+/// The training softmax (`vendor/burn-flex/src/ops/softmax_train.rs`, one autodiff node in
+/// `engram::core::model::softmax`) gives the output and the input gradient of Burn's composed
+/// softmax (max, subtract, exp, sum, divide, and their backward steps) bit for bit: rows
+/// shorter than a vector, of 128 (attention's), and past `max_dim`'s SIMD threshold (600); row
+/// counts off the 32-row block; scores masked to -10⁴ (BERT's padding), ties and large values;
+/// at 1 and 2 threads, with and without Burn's op-level gradient checkpointing. That the node
+/// was taken (had the composition run, the comparison would hold trivially) shows in what the
+/// graph keeps: without checkpointing the composition holds `x − max` for `exp`'s backward as
+/// well, `4·len` bytes more.
+#[test]
+fn softmax_train_is_the_composition_bit_for_bit() {
+    use engram::core::burn::tensor::activation;
+    use engram::core::model::softmax::softmax_last;
+    let bits = |t: Tensor<3>| -> Vec<u32> {
+        let v = t.into_data().try_to_vec::<f32>().unwrap();
+        v.iter().map(|x| x.to_bits()).collect()
+    };
+    let cases: [[usize; 3]; 4] = [[3, 5, 7], [2, 37, 128], [4, 16, 128], [1, 70, 600]];
+    for threads in [1, 2] {
+        pool(threads).install(|| {
+            for checkpointing in [false, true] {
+                let ad = Device::flex().autodiff();
+                let ad = if checkpointing {
+                    ad.gradient_checkpointing()
+                } else {
+                    ad
+                };
+                for (k, dims) in cases.into_iter().enumerate() {
+                    let len = dims.iter().product();
+                    let mut x = spread(len, k);
+                    let n = dims[2];
+                    for (i, v) in x.iter_mut().enumerate() {
+                        // A masked key in every third column, a whole masked row, ties.
+                        if i % n % 3 == 1 || i / n == 1 {
+                            *v = -1.0e4;
+                        } else if i % n % 5 == 0 {
+                            *v = 2.5;
+                        }
+                    }
+                    let g = spread(len, k + 7);
+                    let run = |fused: bool| {
+                        let xa = Tensor::<3>::from_data(TensorData::new(x.clone(), dims), &ad)
+                            .require_grad();
+                        // The scores come out of an operation, as attention's do.
+                        let scores = xa.clone() * 1.0;
+                        let before = engram::core::alloc::read().current;
+                        let y = if fused {
+                            softmax_last(scores)
+                        } else {
+                            activation::softmax(scores, 2)
+                        };
+                        let kept = engram::core::alloc::read().current - before;
+                        let w = Tensor::<3>::from_data(TensorData::new(g.clone(), dims), &ad);
+                        let grads = (y.clone() * w).sum().backward();
+                        (bits(y), bits(xa.grad(&grads).unwrap()), kept)
+                    };
+                    let (want_y, want_g, want_kept) = run(false);
+                    let (got_y, got_g, got_kept) = run(true);
+                    let case =
+                        format!("{dims:?}, {threads} threads, checkpointing {checkpointing}");
+                    assert_eq!(got_y, want_y, "output {case}");
+                    assert_eq!(got_g, want_g, "gradient {case}");
+                    // Rows sum to 1 and the gradient is not all zero: the comparison has values.
+                    let y: Vec<f32> = got_y.iter().map(|&b| f32::from_bits(b)).collect();
+                    for row in y.chunks(n) {
+                        let s: f32 = row.iter().sum();
+                        assert!((s - 1.0).abs() < 1e-5, "row sum {s} {case}");
+                    }
+                    assert!(
+                        got_g.iter().any(|&b| f32::from_bits(b).abs() > 1e-3),
+                        "{case}"
+                    );
+                    if !checkpointing {
+                        assert!(
+                            got_kept + 4 * len as u64 <= want_kept,
+                            "kept {got_kept} B against the composition's {want_kept} B, {case}"
+                        );
+                    }
+                }
+            }
+        });
+    }
+}
+
 /// A rayon pool of `threads` threads, for the kernels' split.
 fn pool(threads: usize) -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new()

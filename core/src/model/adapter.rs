@@ -31,9 +31,10 @@
 //! optimiser state.
 
 use super::ForwardCtx;
+use super::softmax::softmax_last;
 use burn::module::{Module, Param, ParamId};
 use burn::nn::Linear;
-use burn::tensor::{Distribution, Tensor, activation};
+use burn::tensor::{Distribution, Tensor};
 use std::sync::{Arc, Mutex};
 
 /// One low-rank adapter: `A [d_in, r]` drawn from `N(0, σ = 1/r)` (Burn's LoRA), `B [r, d_out]`
@@ -272,11 +273,10 @@ impl Adapters {
             let k = self.config.top_k.clamp(1, e);
             let kth = logits.clone().topk(k, 1).slice([0..n, k - 1..k]);
             let chosen = logits.clone().greater_equal(kth.expand([n, e]));
-            let gates = activation::softmax(
+            let gates = softmax_last(
                 logits
                     .clone()
                     .mask_fill(chosen.clone().bool_not(), f32::NEG_INFINITY),
-                1,
             );
             let balance = training && self.config.balance > 0.0;
             let recording = self.sink.lock().is_ok_and(|s| s.counts.is_some());
@@ -328,7 +328,7 @@ impl Adapters {
             };
             let f = chosen_f.clone().detach().sum_dim(0).div_scalar(k as f64)
                 / tokens.clone().unsqueeze_dim::<2>(1);
-            let probs = activation::softmax(logits.clone(), 1);
+            let probs = softmax_last(logits.clone());
             let probs = match &real {
                 Some(w) => probs * w.clone(),
                 None => probs,

@@ -39,6 +39,7 @@ pub mod init;
 pub mod llama;
 pub mod mlp;
 pub mod params;
+pub mod softmax;
 pub mod vit;
 
 pub use crate::data::InputShape;

@@ -133,7 +133,9 @@ impl SelfAttention {
         } else {
             scores
         };
-        let probs = self.dropout.forward(activation::softmax(scores, 3));
+        let probs = self
+            .dropout
+            .forward(crate::model::softmax::softmax_last(scores));
         let ctx = probs.matmul(v).swap_dims(1, 2).reshape([b, n, d]);
         c.linear(&self.output, "attention.output", ctx)
     }

@@ -175,7 +175,7 @@ mod direct {
     }
 
     /// Whether the AVX-512 build can run here (the detection is cached).
-    fn v4() -> bool {
+    pub(crate) fn v4() -> bool {
         std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512vl")
             && std::arch::is_x86_feature_detected!("avx512dq")
@@ -183,7 +183,7 @@ mod direct {
     }
 
     /// Whether the AVX2 build can run here.
-    fn v3() -> bool {
+    pub(crate) fn v3() -> bool {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
     }
 
@@ -213,7 +213,7 @@ mod direct {
 }
 
 #[cfg(all(target_arch = "x86_64", feature = "std"))]
-pub(crate) use direct::in_place;
+pub(crate) use direct::{in_place, v3, v4};
 #[cfg(all(target_arch = "x86_64", feature = "std"))]
 use direct::map;
 #[cfg(not(all(target_arch = "x86_64", feature = "std")))]

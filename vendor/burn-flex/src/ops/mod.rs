@@ -125,6 +125,8 @@ mod qtensor;
 pub mod reduce;
 pub mod repeat_dim;
 pub mod slice;
+// (engram patch.) The training softmax in one pass a block of rows (softmax_train.rs).
+pub mod softmax_train;
 pub mod sort;
 mod transaction;
 pub mod unary;
