@@ -11,7 +11,7 @@
 //! of glibc 2.36's `libm.so.6`), with its special cases as selects, so LLVM
 //! vectorises it (the table as a gather) and it gives `__expf_fma`'s bits.
 //! The loops are compiled for AVX-512 and for AVX2 with FMA and picked at run
-//! time (`direct`), not through macerator's dispatch, where LLVM left them
+//! time (`widest`), not through macerator's dispatch, where LLVM left them
 //! scalar.
 //! It runs only where glibc would run `__expf_fma` ([`vector_ok`]: x86-64
 //! Linux with glibc, FMA and AVX2); elsewhere the scalar call stays.
@@ -142,86 +142,64 @@ fn map_body(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
     }
 }
 
-/// The loops compiled for AVX-512 and for AVX2 with FMA, picked at run time.
-/// Not macerator's `with_simd`: through its dispatch closure LLVM kept this
-/// loop over a slice scalar (one `vcvtsd2ss` a lane, no gather), at about
-/// 2.4 ns an element, where a function with the target features itself
-/// vectorises it with `vpgatherqq` (about 0.9 ns an element, `[16, 12, 128,
-/// 128]` at 1 thread). GELU's backward, whose loop runs over fixed blocks of
-/// 256, was vectorised inside macerator; it calls [`in_place`] now, so that
-/// every f32 `exp` goes through this one dispatch.
+/// Whether the AVX-512 build of a [`widest`] loop can run here (the detection
+/// is cached).
 #[cfg(all(target_arch = "x86_64", feature = "std"))]
-mod direct {
-    use core::mem::MaybeUninit;
-
-    #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
-    unsafe fn in_place_v4(xs: &mut [f32]) {
-        super::in_place_body(xs)
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn in_place_v3(xs: &mut [f32]) {
-        super::in_place_body(xs)
-    }
-
-    #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
-    unsafe fn map_v4(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
-        super::map_body(dst, src)
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn map_v3(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
-        super::map_body(dst, src)
-    }
-
-    /// Whether the AVX-512 build can run here (the detection is cached).
-    pub(crate) fn v4() -> bool {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-            && std::arch::is_x86_feature_detected!("avx512dq")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-    }
-
-    /// Whether the AVX2 build can run here.
-    pub(crate) fn v3() -> bool {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-
-    pub(crate) fn in_place(xs: &mut [f32]) {
-        if v4() {
-            // SAFETY: the CPU has the features `in_place_v4` is compiled for.
-            unsafe { in_place_v4(xs) }
-        } else if v3() {
-            // SAFETY: as above, for `in_place_v3`.
-            unsafe { in_place_v3(xs) }
-        } else {
-            super::in_place_body(xs)
-        }
-    }
-
-    pub(crate) fn map(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
-        if v4() {
-            // SAFETY: the CPU has the features `map_v4` is compiled for.
-            unsafe { map_v4(dst, src) }
-        } else if v3() {
-            // SAFETY: as above, for `map_v3`.
-            unsafe { map_v3(dst, src) }
-        } else {
-            super::map_body(dst, src)
-        }
-    }
+pub(crate) fn v4() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+        && std::arch::is_x86_feature_detected!("avx512bw")
 }
 
+/// Whether the AVX2 build of a [`widest`] loop can run here.
 #[cfg(all(target_arch = "x86_64", feature = "std"))]
-pub(crate) use direct::{in_place, v3, v4};
-#[cfg(all(target_arch = "x86_64", feature = "std"))]
-use direct::map;
-#[cfg(not(all(target_arch = "x86_64", feature = "std")))]
-pub(crate) fn in_place(xs: &mut [f32]) {
-    in_place_body(xs)
+pub(crate) fn v3() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
-#[cfg(not(all(target_arch = "x86_64", feature = "std")))]
-use map_body as map;
+
+/// Defines `$name`, which runs `$body` compiled for AVX-512 or for AVX2 with
+/// FMA where the CPU has them ([`v4`], [`v3`]), else the baseline build
+/// (SSE2 on x86-64). Not macerator's `with_simd`: through its dispatch
+/// closure LLVM kept `exp`'s loop over a slice scalar (one `vcvtsd2ss` a
+/// lane, no gather), at about 2.4 ns an element, where a function with the
+/// target features itself vectorises it with `vpgatherqq` (about 0.9 ns an
+/// element, `[16, 12, 128, 128]` at 1 thread). The builds differ only in
+/// vector width: the bodies' operations (and `exp`'s explicit fused
+/// multiply-adds) are the same in each lane, and Rust contracts no other
+/// multiply and add into an FMA.
+macro_rules! widest {
+    ($vis:vis $name:ident($($arg:ident: $ty:ty),*) = $body:path) => {
+        $vis fn $name($($arg: $ty),*) {
+            #[cfg(all(target_arch = "x86_64", feature = "std"))]
+            {
+                #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
+                unsafe fn v4($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn v3($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                if $crate::ops::expf::v4() {
+                    // SAFETY: the CPU has the features `v4` is compiled for.
+                    return unsafe { v4($($arg),*) };
+                }
+                if $crate::ops::expf::v3() {
+                    // SAFETY: as above, for `v3`.
+                    return unsafe { v3($($arg),*) };
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+pub(crate) use widest;
+
+// Every f32 `exp` takes this one dispatch: GELU's backward, whose loop over
+// fixed blocks of 256 had vectorised inside macerator, calls `in_place` too.
+widest!(pub(crate) in_place(xs: &mut [f32]) = in_place_body);
+widest!(map(dst: &mut [MaybeUninit<f32>], src: &[f32]) = map_body);
 
 /// `exp` of an f32 tensor (any layout) when [`vector_ok`], in place when the
 /// tensor is its storage's only handle.

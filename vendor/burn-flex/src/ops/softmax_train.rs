@@ -29,6 +29,7 @@ use core::mem::MaybeUninit;
 use burn_backend::DType;
 use burn_std::{Bytes, Shape};
 
+use super::expf::widest;
 use crate::simd::kernels;
 use crate::{FlexTensor, Layout};
 
@@ -70,40 +71,42 @@ pub fn forward(x: &FlexTensor) -> Forward {
         Vec::<f32>::with_capacity(total),
         vec![0f32; rows],
     );
-    {
-        let (eu, yu) = (
-            &mut e.spare_capacity_mut()[..total],
-            &mut y.spare_capacity_mut()[..total],
-        );
-        let block = |((x, e), (y, s)): ((&[f32], &mut [Uninit]), (&mut [Uninit], &mut [f32]))| {
-            forward_block(x, e, y, s, n)
-        };
-        let rows_n = BLOCK * n;
-        #[cfg(feature = "rayon")]
-        if crate::par::worth_splitting(total) {
-            use rayon::prelude::*;
-            xs.par_chunks(rows_n)
-                .zip(eu.par_chunks_mut(rows_n))
-                .zip(yu.par_chunks_mut(rows_n).zip(s.par_chunks_mut(BLOCK)))
-                .for_each(block);
-        } else {
-            xs.chunks(rows_n)
-                .zip(eu.chunks_mut(rows_n))
-                .zip(yu.chunks_mut(rows_n).zip(s.chunks_mut(BLOCK)))
-                .for_each(block);
-        }
-        #[cfg(not(feature = "rayon"))]
-        xs.chunks(rows_n)
-            .zip(eu.chunks_mut(rows_n))
-            .zip(yu.chunks_mut(rows_n).zip(s.chunks_mut(BLOCK)))
-            .for_each(block);
-    }
+    forward_blocks(
+        xs,
+        &mut e.spare_capacity_mut()[..total],
+        &mut y.spare_capacity_mut()[..total],
+        &mut s,
+        n,
+    );
     // SAFETY: the blocks wrote every element of both.
     unsafe {
         e.set_len(total);
         y.set_len(total);
     }
     finish(y, e, s, &shape)
+}
+
+/// [`forward_block`] over every block of 32 rows, across rayon's pool when
+/// the tensor is large enough (`crate::par`): each row is computed by the
+/// same code whichever thread takes it.
+fn forward_blocks(xs: &[f32], e: &mut [Uninit], y: &mut [Uninit], s: &mut [f32], n: usize) {
+    let rows_n = BLOCK * n;
+    let block = |((x, e), (y, s)): ((&[f32], &mut [Uninit]), (&mut [Uninit], &mut [f32]))| {
+        forward_block(x, e, y, s, n)
+    };
+    #[cfg(feature = "rayon")]
+    if crate::par::worth_splitting(xs.len()) {
+        use rayon::prelude::*;
+        xs.par_chunks(rows_n)
+            .zip(e.par_chunks_mut(rows_n))
+            .zip(y.par_chunks_mut(rows_n).zip(s.par_chunks_mut(BLOCK)))
+            .for_each(block);
+        return;
+    }
+    xs.chunks(rows_n)
+        .zip(e.chunks_mut(rows_n))
+        .zip(y.chunks_mut(rows_n).zip(s.chunks_mut(BLOCK)))
+        .for_each(block);
 }
 
 /// An f32 of an output buffer not yet written.
@@ -131,38 +134,6 @@ fn finish(y: Vec<f32>, e: Vec<f32>, s: Vec<f32>, shape: &Shape) -> Forward {
 
 fn f32_tensor(v: Vec<f32>, shape: Shape) -> FlexTensor {
     FlexTensor::new(Bytes::from_elems(v), Layout::contiguous(shape), DType::F32)
-}
-
-/// Compiles `$body` for AVX-512 and for AVX2 with FMA beside the baseline
-/// build, and calls the widest the CPU runs (the detection of `expf.rs`):
-/// the block loops are plain IEEE f32 operations, the same bits at any
-/// vector width (Rust contracts no multiply and add into an FMA), and the
-/// baseline build is SSE2, four lanes.
-macro_rules! widest {
-    ($name:ident($($arg:ident: $ty:ty),*) = $body:ident) => {
-        fn $name($($arg: $ty),*) {
-            #[cfg(all(target_arch = "x86_64", feature = "std"))]
-            {
-                #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
-                unsafe fn v4($($arg: $ty),*) {
-                    $body($($arg),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                unsafe fn v3($($arg: $ty),*) {
-                    $body($($arg),*)
-                }
-                if super::expf::v4() {
-                    // SAFETY: the CPU has the features `v4` is compiled for.
-                    return unsafe { v4($($arg),*) };
-                }
-                if super::expf::v3() {
-                    // SAFETY: as above, for `v3`.
-                    return unsafe { v3($($arg),*) };
-                }
-            }
-            $body($($arg),*)
-        }
-    };
 }
 
 widest!(forward_block(x: &[f32], e: &mut [Uninit], y: &mut [Uninit], s: &mut [f32], n: usize) = forward_body);
@@ -221,34 +192,31 @@ pub fn backward(grad: &FlexTensor, exp: &FlexTensor, sum: &FlexTensor) -> FlexTe
     let es = &e.storage::<f32>()[e.layout().start_offset()..][..total];
     let ss = &s.storage::<f32>()[s.layout().start_offset()..][..rows];
     let mut out = Vec::<f32>::with_capacity(total);
-    {
-        let ou = &mut out.spare_capacity_mut()[..total];
-        let block = |((o, g), (e, s)): ((&mut [Uninit], &[f32]), (&[f32], &[f32]))| {
-            backward_block(g, e, s, o, n)
-        };
-        let rows_n = BLOCK * n;
-        #[cfg(feature = "rayon")]
-        if crate::par::worth_splitting(total) {
-            use rayon::prelude::*;
-            ou.par_chunks_mut(rows_n)
-                .zip(gs.par_chunks(rows_n))
-                .zip(es.par_chunks(rows_n).zip(ss.par_chunks(BLOCK)))
-                .for_each(block);
-        } else {
-            ou.chunks_mut(rows_n)
-                .zip(gs.chunks(rows_n))
-                .zip(es.chunks(rows_n).zip(ss.chunks(BLOCK)))
-                .for_each(block);
-        }
-        #[cfg(not(feature = "rayon"))]
-        ou.chunks_mut(rows_n)
-            .zip(gs.chunks(rows_n))
-            .zip(es.chunks(rows_n).zip(ss.chunks(BLOCK)))
-            .for_each(block);
-    }
+    backward_blocks(gs, es, ss, &mut out.spare_capacity_mut()[..total], n);
     // SAFETY: the blocks wrote every element.
     unsafe { out.set_len(total) };
     f32_tensor(out, shape)
+}
+
+/// [`backward_block`] over every block of 32 rows, split as [`forward_blocks`].
+fn backward_blocks(g: &[f32], e: &[f32], s: &[f32], out: &mut [Uninit], n: usize) {
+    let rows_n = BLOCK * n;
+    let block = |((o, g), (e, s)): ((&mut [Uninit], &[f32]), (&[f32], &[f32]))| {
+        backward_block(g, e, s, o, n)
+    };
+    #[cfg(feature = "rayon")]
+    if crate::par::worth_splitting(g.len()) {
+        use rayon::prelude::*;
+        out.par_chunks_mut(rows_n)
+            .zip(g.par_chunks(rows_n))
+            .zip(e.par_chunks(rows_n).zip(s.par_chunks(BLOCK)))
+            .for_each(block);
+        return;
+    }
+    out.chunks_mut(rows_n)
+        .zip(g.chunks(rows_n))
+        .zip(e.chunks(rows_n).zip(s.chunks(BLOCK)))
+        .for_each(block);
 }
 
 /// One block of rows of the backward, in the composition's operations:
