@@ -783,7 +783,7 @@ fn exp_is_the_platform_s_bit_for_bit() {
 }
 
 /// The training softmax (`vendor/burn-flex/src/ops/softmax_train.rs`, one autodiff node in
-/// `engram::core::model::softmax`) gives the output and the input gradient of Burn's composed
+/// `engram::core::model::nodes`) gives the output and the input gradient of Burn's composed
 /// softmax (max, subtract, exp, sum, divide, and their backward steps) bit for bit: rows
 /// shorter than a vector, of 128 (attention's), and past `max_dim`'s SIMD threshold (600); row
 /// counts off the 32-row block; scores masked to -10⁴ (BERT's padding), ties and large values;
@@ -794,7 +794,7 @@ fn exp_is_the_platform_s_bit_for_bit() {
 #[test]
 fn softmax_train_is_the_composition_bit_for_bit() {
     use engram::core::burn::tensor::activation;
-    use engram::core::model::softmax::softmax_last;
+    use engram::core::model::nodes::softmax_last;
     let bits = |t: Tensor<3>| -> Vec<u32> {
         let v = t.into_data().try_to_vec::<f32>().unwrap();
         v.iter().map(|x| x.to_bits()).collect()
@@ -863,6 +863,139 @@ fn softmax_train_is_the_composition_bit_for_bit() {
                 }
             }
         });
+    }
+}
+
+/// GELU as engram's autodiff node (`engram::core::model::nodes::gelu`: the output and the slope
+/// from one pass of `vendor/burn-flex/src/ops/gelu.rs`'s `forward_train`, the backward
+/// `grad · slope`) gives the output and the input gradient of Burn's GELU node (the forward,
+/// then `gelu_backward` from the kept input) bit for bit: every 4,999th f32 bit pattern (NaNs,
+/// infinities, subnormals, every `erf` region) and values drawn across the range, contiguous
+/// and as a transposed view, at 1 and 2 threads; that the node ran shows in what it keeps (the
+/// slope, where Burn's node keeps the input). Under Burn's op-level checkpointing, without an
+/// autodiff graph and when nothing asks for a gradient, Burn's GELU runs.
+#[test]
+fn gelu_node_is_burn_s_bit_for_bit() {
+    use engram::core::burn::tensor::activation;
+    use engram::core::model::nodes::gelu;
+    let bits = |v: Vec<f32>| -> Vec<u32> {
+        // A NaN's payload is not part of the claim: one NaN stands for all.
+        v.iter()
+            .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+            .collect()
+    };
+    let xs: Vec<f32> = (0..=u32::MAX / 4999)
+        .map(|i| f32::from_bits(i * 4999))
+        .chain(spread(7 * 4096, 3))
+        .collect();
+    let n = xs.len() - xs.len() % 7;
+    let xs = xs[..n].to_vec();
+    let ws = spread(n, 11);
+    // The node's gradient is the slope: the published derivative at a few points by hand.
+    let slope = |x: f32| {
+        let cdf = 0.5 * (1.0 + libm::erff(x / std::f32::consts::SQRT_2));
+        cdf + x * (1.0 / (2.0 * std::f32::consts::PI).sqrt() * (-0.5 * x * x).exp())
+    };
+    for threads in [1, 2] {
+        pool(threads).install(|| {
+            for checkpointing in [false, true] {
+                let ad = Device::flex().autodiff();
+                let ad = if checkpointing {
+                    ad.gradient_checkpointing()
+                } else {
+                    ad
+                };
+                for transposed in [false, true] {
+                    let run = |node: bool| {
+                        let xa =
+                            Tensor::<2>::from_data(TensorData::new(xs.clone(), [7, n / 7]), &ad)
+                                .require_grad();
+                        // The input comes out of an operation, as a linear layer's does.
+                        let h = if transposed {
+                            xa.clone().transpose()
+                        } else {
+                            xa.clone() * 1.0
+                        };
+                        let y = if node { gelu(h) } else { activation::gelu(h) };
+                        let y = if transposed { y.transpose() } else { y };
+                        let w =
+                            Tensor::<2>::from_data(TensorData::new(ws.clone(), [7, n / 7]), &ad);
+                        let grads = (y.clone() * w).sum().backward();
+                        let g = xa.grad(&grads).unwrap();
+                        (
+                            y.into_data().try_to_vec::<f32>().unwrap(),
+                            g.into_data().try_to_vec::<f32>().unwrap(),
+                        )
+                    };
+                    let (want_y, want_g) = run(false);
+                    let (got_y, got_g) = run(true);
+                    let case = format!(
+                        "{threads} threads, checkpointing {checkpointing}, transposed {transposed}"
+                    );
+                    assert_eq!(bits(got_y), bits(want_y), "output {case}");
+                    for i in [0, 1, n / 3, n - 5] {
+                        let (x, w) = (xs[i], ws[i]);
+                        if x.is_finite() && w.is_finite() {
+                            let want = w * slope(x);
+                            assert!(
+                                got_g[i] == want || (got_g[i].is_nan() && want.is_nan()),
+                                "gradient at {x:e}: {:e}, by hand {want:e}",
+                                got_g[i]
+                            );
+                        }
+                    }
+                    assert_eq!(bits(got_g), bits(want_g), "gradient {case}");
+                }
+            }
+            // No graph, and a graph that tracks nothing: Burn's forward.
+            let plain = Tensor::<1>::from_data(TensorData::new(xs.clone(), [n]), &Device::flex());
+            let untracked = Tensor::<1>::from_data(
+                TensorData::new(xs.clone(), [n]),
+                &Device::flex().autodiff(),
+            );
+            let want = bits(
+                activation::gelu(plain.clone())
+                    .into_data()
+                    .try_to_vec()
+                    .unwrap(),
+            );
+            assert_eq!(bits(gelu(plain).into_data().try_to_vec().unwrap()), want);
+            assert_eq!(
+                bits(gelu(untracked).into_data().try_to_vec().unwrap()),
+                want
+            );
+        });
+    }
+    // That the node ran (had Burn's, the comparisons above would hold trivially) shows in what
+    // it keeps: with its input also held here, Burn's node adds nothing (it keeps that input),
+    // engram's adds its slope, the input's size; under op-level checkpointing Burn's runs. The
+    // allocator's counter is the process's, which the tests running beside this one move too:
+    // a small input, measured until one try pair is undisturbed.
+    let len = 4096;
+    for checkpointing in [false, true] {
+        let ad = Device::flex().autodiff();
+        let ad = if checkpointing {
+            ad.gradient_checkpointing()
+        } else {
+            ad
+        };
+        let kept = |node: bool| {
+            let x =
+                Tensor::<1>::from_data(TensorData::new(spread(len, 2), [len]), &ad).require_grad();
+            let h = x * 1.0;
+            let held = h.clone();
+            let before = engram::core::alloc::read().current as i64;
+            let y = if node { gelu(h) } else { activation::gelu(h) };
+            let kept = engram::core::alloc::read().current as i64 - before;
+            drop((y, held));
+            kept
+        };
+        let slope_bytes = if checkpointing { 0 } else { 4 * len as i64 };
+        let diffs: Vec<i64> = (0..100).map(|_| kept(true) - kept(false)).collect();
+        assert!(
+            diffs.iter().any(|d| (d - slope_bytes).abs() < 512),
+            "the node kept {diffs:?} B more than Burn's, not {slope_bytes}, checkpointing {checkpointing}"
+        );
     }
 }
 

@@ -31,7 +31,7 @@
 //! optimiser state.
 
 use super::ForwardCtx;
-use super::softmax::softmax_last;
+use super::nodes::softmax_last;
 use burn::module::{Module, Param, ParamId};
 use burn::nn::Linear;
 use burn::tensor::{Distribution, Tensor};

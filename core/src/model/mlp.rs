@@ -30,7 +30,7 @@ impl ActivationKind {
     pub fn apply<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
         match self {
             ActivationKind::Relu => activation::relu(x),
-            ActivationKind::Gelu => activation::gelu(x),
+            ActivationKind::Gelu => super::nodes::gelu(x),
             ActivationKind::Tanh => activation::tanh(x),
         }
     }

@@ -38,8 +38,8 @@ pub mod cnn;
 pub mod init;
 pub mod llama;
 pub mod mlp;
+pub mod nodes;
 pub mod params;
-pub mod softmax;
 pub mod vit;
 
 pub use crate::data::InputShape;

@@ -11,7 +11,7 @@ use crate::rng::Rng;
 use burn::module::{Module, Param};
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear};
-use burn::tensor::{Device, Tensor, TensorData, activation};
+use burn::tensor::{Device, Tensor, TensorData};
 use rand::Rng as _;
 
 /// The default patch side for `side × side` images: the divisor of `side` nearest `side / 4`
@@ -97,7 +97,7 @@ impl Block for EncoderBlock {
             .forward(MhaInput::self_attn(norm_f32(&self.norm1, x.clone())))
             .context;
         let x = x + self.dropout.forward(a);
-        let h = activation::gelu(ctx.linear(&self.fc1, "fc1", norm_f32(&self.norm2, x.clone())));
+        let h = super::nodes::gelu(ctx.linear(&self.fc1, "fc1", norm_f32(&self.norm2, x.clone())));
         let x = x + self.dropout.forward(ctx.linear(&self.fc2, "fc2", h));
         Activation::Seq(x)
     }

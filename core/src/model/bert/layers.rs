@@ -5,7 +5,7 @@
 use crate::model::{Activation, Block, ForwardCtx, norm_f32};
 use burn::module::Module;
 use burn::nn::{Dropout, Embedding, LayerNorm, Linear};
-use burn::tensor::{Bool, DType, Int, Tensor, activation};
+use burn::tensor::{Bool, DType, Int, Tensor};
 
 /// The score given to a padded key before the softmax: `exp(-10⁴ - max)` is exactly 0 in
 /// `f32` for any real score above `-9900`, and the value is finite in `f16` (mixed precision).
@@ -135,7 +135,7 @@ impl SelfAttention {
         };
         let probs = self
             .dropout
-            .forward(crate::model::softmax::softmax_last(scores));
+            .forward(crate::model::nodes::softmax_last(scores));
         let ctx = probs.matmul(v).swap_dims(1, 2).reshape([b, n, d]);
         c.linear(&self.output, "attention.output", ctx)
     }
@@ -182,7 +182,7 @@ impl Block for EncoderLayer {
         let f = ctx.linear(
             &self.ffn_out,
             "ffn_out",
-            activation::gelu(ctx.linear(&self.ffn_in, "ffn_in", x.clone())),
+            crate::model::nodes::gelu(ctx.linear(&self.ffn_in, "ffn_in", x.clone())),
         );
         let x = norm_f32(&self.norm2, x + self.dropout.forward(f));
         Activation::Tokens {

@@ -269,6 +269,28 @@ fn backward_map_body(dst: &mut [MaybeUninit<f32>], x: &[f32], g: &[f32]) {
     }
 }
 
+/// One chunk of [`forward_train`]: `y = GELU(x)` and `d = GELU′(x)`, with
+/// `1 + erf(x/√2)` computed once for both and the `exp`s a block at a time
+/// as the backward computes them.
+#[inline(always)]
+fn train_body(y: &mut [MaybeUninit<f32>], d: &mut [MaybeUninit<f32>], x: &[f32]) {
+    let vector = crate::ops::expf::vector_ok();
+    let mut e = [0.0f32; BLOCK];
+    for ((y, d), x) in y
+        .chunks_mut(BLOCK)
+        .zip(d.chunks_mut(BLOCK))
+        .zip(x.chunks(BLOCK))
+    {
+        exps(x, &mut e, vector);
+        for (((y, d), &x), &e) in y.iter_mut().zip(d.iter_mut()).zip(x).zip(&e) {
+            // `gelu`'s and `gelu_grad_with`'s operations, in their order.
+            let t = 1.0 + erf(x / core::f32::consts::SQRT_2);
+            y.write(0.5 * x * t);
+            d.write(0.5 * t + x * (inv_sqrt_2pi() * e));
+        }
+    }
+}
+
 #[cfg(feature = "simd")]
 mod dispatched {
     use core::mem::MaybeUninit;
@@ -293,14 +315,24 @@ mod dispatched {
     pub(super) fn backward_map<S: Simd>(dst: &mut [MaybeUninit<f32>], x: &[f32], g: &[f32]) {
         super::backward_map_body(dst, x, g)
     }
+
+    #[macerator::with_simd]
+    pub(super) fn train<S: Simd>(
+        y: &mut [MaybeUninit<f32>],
+        d: &mut [MaybeUninit<f32>],
+        x: &[f32],
+    ) {
+        super::train_body(y, d, x)
+    }
 }
 
 #[cfg(feature = "simd")]
-use dispatched::{backward_in_place, backward_map, forward_in_place, forward_map};
+use dispatched::{backward_in_place, backward_map, forward_in_place, forward_map, train};
 #[cfg(not(feature = "simd"))]
 use {
     backward_in_place_body as backward_in_place, backward_map_body as backward_map,
     forward_in_place_body as forward_in_place, forward_map_body as forward_map,
+    train_body as train,
 };
 
 /// GELU of an f32 tensor (any layout), in place when the tensor is its
@@ -382,4 +414,62 @@ pub(crate) fn backward(
         Layout::contiguous(shape),
         DType::F32,
     ))
+}
+
+/// GELU's output and slope, for a training step (engram's autodiff node,
+/// `core/src/model/nodes.rs`): both tensors have the input's shape.
+#[derive(Clone, Debug)]
+pub struct Train {
+    /// `GELU(x) = ½·x·(1 + erf(x/√2))`, [`forward`]'s bits.
+    pub output: FlexTensor,
+    /// `GELU′(x) = ½(1 + erf(x/√2)) + x·e^(−x²/2)/√(2π)`: the backward is
+    /// `grad · slope`, the bits `gelu_backward` computes from `x`.
+    pub slope: FlexTensor,
+}
+
+/// GELU of an f32 `x` (any layout) and its slope, in one pass that computes
+/// `erf` once an element: the backward then multiplies the output's gradient
+/// by the slope instead of computing `erf` again from `x`, and keeps the slope
+/// where Burn's GELU node keeps `x` (the same size).
+///
+/// # Panics
+/// If `x` is not f32.
+pub fn forward_train(x: &FlexTensor) -> Train {
+    assert_eq!(x.dtype(), DType::F32, "gelu::forward_train: f32 only");
+    let x = x.to_contiguous();
+    let n = x.layout().num_elements();
+    let xs: &[f32] = &x.storage::<f32>()[x.layout().start_offset()..][..n];
+    let (mut y, mut d) = (Vec::<f32>::with_capacity(n), Vec::<f32>::with_capacity(n));
+    {
+        let (ys, ds) = (&mut y.spare_capacity_mut()[..n], &mut d.spare_capacity_mut()[..n]);
+        #[cfg(feature = "rayon")]
+        if crate::par::worth_splitting(n) {
+            use rayon::prelude::*;
+            let c = crate::par::chunk_len(n);
+            ys.par_chunks_mut(c)
+                .zip(ds.par_chunks_mut(c).zip(xs.par_chunks(c)))
+                .for_each(|(y, (d, x))| train(y, d, x));
+        } else {
+            train(ys, ds, xs);
+        }
+        #[cfg(not(feature = "rayon"))]
+        train(ys, ds, xs);
+    }
+    // SAFETY: the chunks cover `0..n`, and `train` wrote every element of both.
+    unsafe {
+        y.set_len(n);
+        d.set_len(n);
+    }
+    let shape = x.layout().shape().clone();
+    let tensor = |v: Vec<f32>| {
+        FlexTensor::new(
+            Bytes::from_elems(v),
+            Layout::contiguous(shape.clone()),
+            DType::F32,
+        )
+    };
+    Train {
+        output: tensor(y),
+        slope: tensor(d),
+    }
 }

@@ -112,8 +112,9 @@ pub mod fft;
 pub mod flip;
 mod float;
 pub mod gather_scatter;
-// (engram patch.) GELU in f32 vectorised, PyTorch's erf (gelu.rs).
-pub(crate) mod gelu;
+// (engram patch.) GELU in f32 vectorised, libm's erf, and its training
+// forward with the slope (gelu.rs).
+pub mod gelu;
 pub mod grid_sample;
 mod int;
 pub mod interpolate;
