@@ -999,6 +999,76 @@ fn gelu_node_is_burn_s_bit_for_bit() {
     }
 }
 
+/// A product with a transposed matrix that every batch shares (`vendor/burn-flex/src/ops/
+/// matmul.rs`, `shared_columns`: a linear layer's input gradient `grad · Wᵀ`, whose `Wᵀ` the
+/// vendored flex copies into rows once instead of gemm packing it a batch at a time) equals the
+/// published crate's call, `gemm::gemm` a batch at a time on the strided view, bit for bit: the
+/// MiniLM shapes, odd sizes off gemm's register tiles, and the edges of the general path (`k`
+/// of 3, `m·n` of 257; 256 and `k` of 2 take gemm's stride-chosen kernels, and keep the view),
+/// at 1 and 2 threads. The values are not integers, so sums in another order would show.
+#[test]
+fn matmul_shared_columns_is_gemm_s_bit_for_bit() {
+    let cases: [[usize; 4]; 8] = [
+        // [batch, m, k, n]
+        [16, 128, 384, 384],
+        [4, 128, 1536, 384],
+        [3, 128, 384, 1536],
+        [3, 17, 5, 19],
+        [2, 257, 3, 1],
+        [5, 1, 7, 300],
+        [2, 16, 16, 16],
+        [2, 3, 2, 300],
+    ];
+    for threads in [1, 2] {
+        pool(threads).install(|| {
+            let device = Device::flex();
+            for (c, [b, m, k, n]) in cases.into_iter().enumerate() {
+                let a = spread(b * m * k, c);
+                let w = spread(n * k, c + 5);
+                let lhs = Tensor::<3>::from_data(TensorData::new(a.clone(), [b, m, k]), &device);
+                // `W` is `[n, k]`; the right-hand side is its transpose, a view `[1, k, n]`.
+                let rhs = Tensor::<3>::from_data(TensorData::new(w.clone(), [1, n, k]), &device)
+                    .swap_dims(1, 2);
+                let got = lhs.matmul(rhs).into_data().try_to_vec::<f32>().unwrap();
+                let mut want = vec![f32::NAN; b * m * n];
+                for i in 0..b {
+                    // SAFETY: the pointers cover `m × k`, `k × n` (column stride `k`) and
+                    // `m × n` (row stride `n`) f32 values.
+                    unsafe {
+                        gemm::gemm(
+                            m,
+                            n,
+                            k,
+                            want[i * m * n..].as_mut_ptr(),
+                            1,
+                            n as isize,
+                            false,
+                            a[i * m * k..].as_ptr(),
+                            1,
+                            k as isize,
+                            w.as_ptr(),
+                            k as isize,
+                            1,
+                            0.0f32,
+                            1.0f32,
+                            false,
+                            false,
+                            false,
+                            gemm::Parallelism::None,
+                        );
+                    }
+                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "[{b}, {m}, {k}] · [{k}, {n}]ᵀ at {threads} threads"
+                );
+            }
+        });
+    }
+}
+
 /// A rayon pool of `threads` threads, for the kernels' split.
 fn pool(threads: usize) -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new()

@@ -365,9 +365,42 @@ unsafe fn gemm_call<T: GemmScalar>(
     }
 }
 
+/// (engram patch.) Whether `rhs` is an f32 matrix that every batch of `lhs`
+/// shares (no batch dimension above 1) stored a column at a time (a
+/// transposed view: a linear layer's weight in its input's gradient,
+/// `grad · Wᵀ`), in a product that takes gemm's general blocked path. gemm
+/// computes a row-major product as its transpose, so this `rhs` becomes its
+/// left operand, which it packs when that is stored by rows: once a batch,
+/// with strided reads (16 packs of every weight in a MiniLM backward, about a
+/// tenth of its 1-thread step). Copied into rows once, it is read as the
+/// forward reads the weight. The general path (`m`, `n` > 1, `k` > 2,
+/// `m·n` > 256; below, gemm picks a kernel by the operands' strides) blocks
+/// and sums by `m`, `n` and `k` alone, so the product's bits do not move.
+fn shared_columns<T: GemmScalar>(lhs: &FlexTensor, rhs: &FlexTensor) -> bool {
+    let (l, r) = (lhs.layout().shape(), rhs.layout().shape());
+    let (ld, rd) = (l.num_dims(), r.num_dims());
+    let (m, k, n) = (l[ld - 2], l[ld - 1], r[rd - 1]);
+    let (row_stride, col_stride) = get_2d_strides(rhs.layout());
+    core::any::TypeId::of::<T>() == core::any::TypeId::of::<f32>()
+        && l[..ld - 2].iter().product::<usize>() > 1
+        && r[..rd - 2].iter().all(|&d| d == 1)
+        && row_stride == 1
+        && col_stride != 1
+        && m > 1
+        && n > 1
+        && k > 2
+        && m * n > 256
+}
+
 /// Batched matmul: [B..., M, K] x [B..., K, N] -> [B..., M, N]
 /// Supports broadcasting on batch dimensions and strided (non-contiguous) inputs.
 fn matmul_batched_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTensor {
+    // (engram patch.) See `shared_columns`.
+    let rhs = if shared_columns::<T>(&lhs, &rhs) {
+        rhs.to_contiguous()
+    } else {
+        rhs
+    };
     let lhs_shape = lhs.layout().shape();
     let rhs_shape = rhs.layout().shape();
     let lhs_rank = lhs_shape.num_dims();
