@@ -999,71 +999,113 @@ fn gelu_node_is_burn_s_bit_for_bit() {
     }
 }
 
-/// A product with a transposed matrix that every batch shares (`vendor/burn-flex/src/ops/
-/// matmul.rs`, `shared_columns`: a linear layer's input gradient `grad · Wᵀ`, whose `Wᵀ` the
-/// vendored flex copies into rows once instead of gemm packing it a batch at a time) equals the
-/// published crate's call, `gemm::gemm` a batch at a time on the strided view, bit for bit: the
-/// MiniLM shapes, odd sizes off gemm's register tiles, and the edges of the general path (`k`
-/// of 3, `m·n` of 257; 256 and `k` of 2 take gemm's stride-chosen kernels, and keep the view),
-/// at 1 and 2 threads. The values are not integers, so sums in another order would show.
+/// A batched product whose right-hand side every batch shares (`vendor/burn-flex/src/ops/
+/// matmul.rs`, `folded`: a linear layer's `[batch, tokens, features] · W` and its input
+/// gradient `grad · Wᵀ`, which the vendored flex computes as one gemm call over all the rows)
+/// equals the published crate's calls, `gemm::gemm` a batch at a time, bit for bit: MiniLM's
+/// shapes with `W` and with the transposed view `Wᵀ`, depths over several of gemm's blocks, odd
+/// sizes, four dimensions, batches that are not one run of rows, and the edges of gemm's
+/// general path (`k` of 3, `m·n` of 257, `m` or `n` just past 64; below them the batches keep
+/// their own calls), at 1 and 2 threads. The values are not integers, so sums in another order
+/// would show.
 #[test]
-fn matmul_shared_columns_is_gemm_s_bit_for_bit() {
-    let cases: [[usize; 4]; 8] = [
-        // [batch, m, k, n]
+fn matmul_folded_batches_are_gemm_s_bit_for_bit() {
+    // [batches, m, k, n]; the batches are [2, b / 2] when `four` below.
+    let cases: [[usize; 4]; 11] = [
         [16, 128, 384, 384],
         [4, 128, 1536, 384],
-        [3, 128, 384, 1536],
+        [4, 128, 384, 1536],
+        [2, 100, 1300, 70],
+        [4, 40, 100, 70],
+        [4, 70, 100, 40],
         [3, 17, 5, 19],
         [2, 257, 3, 1],
-        [5, 1, 7, 300],
+        [4, 1, 7, 300],
         [2, 16, 16, 16],
-        [2, 3, 2, 300],
+        [2, 64, 5, 64],
     ];
     for threads in [1, 2] {
         pool(threads).install(|| {
             let device = Device::flex();
             for (c, [b, m, k, n]) in cases.into_iter().enumerate() {
-                let a = spread(b * m * k, c);
-                let w = spread(n * k, c + 5);
-                let lhs = Tensor::<3>::from_data(TensorData::new(a.clone(), [b, m, k]), &device);
-                // `W` is `[n, k]`; the right-hand side is its transpose, a view `[1, k, n]`.
-                let rhs = Tensor::<3>::from_data(TensorData::new(w.clone(), [1, n, k]), &device)
-                    .swap_dims(1, 2);
-                let got = lhs.matmul(rhs).into_data().try_to_vec::<f32>().unwrap();
-                let mut want = vec![f32::NAN; b * m * n];
-                for i in 0..b {
-                    // SAFETY: the pointers cover `m × k`, `k × n` (column stride `k`) and
-                    // `m × n` (row stride `n`) f32 values.
-                    unsafe {
-                        gemm::gemm(
-                            m,
-                            n,
-                            k,
-                            want[i * m * n..].as_mut_ptr(),
-                            1,
-                            n as isize,
-                            false,
-                            a[i * m * k..].as_ptr(),
-                            1,
-                            k as isize,
-                            w.as_ptr(),
-                            k as isize,
-                            1,
-                            0.0f32,
-                            1.0f32,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        );
+                for (transposed, four, sliced) in [
+                    (false, false, false),
+                    (true, false, false),
+                    (true, true, false),
+                    (false, false, true),
+                ] {
+                    let a = spread(b * m * k, c);
+                    let w = spread(n * k, c + 5);
+                    // `sliced`: the first half of the rows of batches twice as tall, batches that
+                    // are not one run of rows.
+                    let lhs =
+                        if sliced {
+                            let a2: Vec<f32> = a
+                                .chunks(m * k)
+                                .flat_map(|x| x.iter().chain(x.iter()).copied())
+                                .collect();
+                            Tensor::<3>::from_data(TensorData::new(a2, [b, 2 * m, k]), &device)
+                                .slice([0..b, 0..m, 0..k])
+                        } else {
+                            Tensor::<3>::from_data(TensorData::new(a.clone(), [b, m, k]), &device)
+                        };
+                    // `W` is `[k, n]`, or `[n, k]` whose transpose is a `[k, n]` view, with one
+                    // batch dimension of 1 per batch dimension of the left-hand side.
+                    let (w_cs, w_rs) = if transposed {
+                        (k as isize, 1)
+                    } else {
+                        (1, n as isize)
+                    };
+                    let data = || {
+                        let dims = if transposed { [n, k] } else { [k, n] };
+                        TensorData::new(w.clone(), dims)
+                    };
+                    let got = if four && b % 2 == 0 {
+                        let rhs = Tensor::<2>::from_data(data(), &device).unsqueeze::<4>();
+                        let rhs = if transposed { rhs.swap_dims(2, 3) } else { rhs };
+                        let lhs4 = lhs.reshape([2, b / 2, m, k]);
+                        lhs4.matmul(rhs).into_data().try_to_vec::<f32>().unwrap()
+                    } else {
+                        let rhs = Tensor::<2>::from_data(data(), &device).unsqueeze::<3>();
+                        let rhs = if transposed { rhs.swap_dims(1, 2) } else { rhs };
+                        lhs.matmul(rhs).into_data().try_to_vec::<f32>().unwrap()
+                    };
+                    let mut want = vec![f32::NAN; b * m * n];
+                    for i in 0..b {
+                        // SAFETY: the pointers cover `m × k` (row stride `k`), `k × n` (strides
+                        // `w_rs`, `w_cs`) and `m × n` (row stride `n`) f32 values.
+                        unsafe {
+                            gemm::gemm(
+                                m,
+                                n,
+                                k,
+                                want[i * m * n..].as_mut_ptr(),
+                                1,
+                                n as isize,
+                                false,
+                                a[i * m * k..].as_ptr(),
+                                1,
+                                k as isize,
+                                w.as_ptr(),
+                                w_cs,
+                                w_rs,
+                                0.0f32,
+                                1.0f32,
+                                false,
+                                false,
+                                false,
+                                gemm::Parallelism::None,
+                            );
+                        }
                     }
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "[{b}, {m}, {k}] · [{k}, {n}], transposed {transposed}, four {four}, \
+                         sliced {sliced}, {threads} threads"
+                    );
                 }
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(&got),
-                    bits(&want),
-                    "[{b}, {m}, {k}] · [{k}, {n}]ᵀ at {threads} threads"
-                );
             }
         });
     }
