@@ -803,12 +803,7 @@ fn softmax_train_is_the_composition_bit_for_bit() {
     for threads in [1, 2] {
         pool(threads).install(|| {
             for checkpointing in [false, true] {
-                let ad = Device::flex().autodiff();
-                let ad = if checkpointing {
-                    ad.gradient_checkpointing()
-                } else {
-                    ad
-                };
+                let ad = autodiff(checkpointing);
                 for (k, dims) in cases.into_iter().enumerate() {
                     let len = dims.iter().product();
                     let mut x = spread(len, k);
@@ -899,12 +894,7 @@ fn gelu_node_is_burn_s_bit_for_bit() {
     for threads in [1, 2] {
         pool(threads).install(|| {
             for checkpointing in [false, true] {
-                let ad = Device::flex().autodiff();
-                let ad = if checkpointing {
-                    ad.gradient_checkpointing()
-                } else {
-                    ad
-                };
+                let ad = autodiff(checkpointing);
                 for transposed in [false, true] {
                     let run = |node: bool| {
                         let xa =
@@ -973,12 +963,7 @@ fn gelu_node_is_burn_s_bit_for_bit() {
     // a small input, measured until one try pair is undisturbed.
     let len = 4096;
     for checkpointing in [false, true] {
-        let ad = Device::flex().autodiff();
-        let ad = if checkpointing {
-            ad.gradient_checkpointing()
-        } else {
-            ad
-        };
+        let ad = autodiff(checkpointing);
         let kept = |node: bool| {
             let x =
                 Tensor::<1>::from_data(TensorData::new(spread(len, 2), [len]), &ad).require_grad();
@@ -1108,6 +1093,17 @@ fn matmul_folded_batches_are_gemm_s_bit_for_bit() {
                 }
             }
         });
+    }
+}
+
+/// The flex device under autodiff, with Burn's op-level gradient checkpointing (the `Balanced`
+/// strategy) or without.
+fn autodiff(checkpointing: bool) -> Device {
+    let ad = Device::flex().autodiff();
+    if checkpointing {
+        ad.gradient_checkpointing()
+    } else {
+        ad
     }
 }
 
