@@ -282,12 +282,24 @@ fn matmul_gemm<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTensor {
 
 /// 2D matmul with strided support: [M, K] x [K, N] -> [M, N]
 fn matmul_2d_strided<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTensor {
+    let m = lhs.layout().shape()[0];
+    product_rows::<T>(&lhs, &rhs, m, Shape::from(vec![m, rhs.layout().shape()[1]]))
+}
+
+/// (engram patch, from `matmul_2d_strided`'s body.) One gemm call: `rows`
+/// rows of `lhs` (from its offset, by its last two dimensions' strides)
+/// against the matrix `rhs` (its last two dimensions), into a new row-major
+/// tensor of `out_shape`, whose elements are the `rows × N` products.
+fn product_rows<T: GemmScalar>(
+    lhs: &FlexTensor,
+    rhs: &FlexTensor,
+    rows: usize,
+    out_shape: Shape,
+) -> FlexTensor {
     let lhs_shape = lhs.layout().shape();
     let rhs_shape = rhs.layout().shape();
-
-    let m = lhs_shape[0];
-    let k = lhs_shape[1];
-    let n = rhs_shape[1];
+    let k = lhs_shape[lhs_shape.num_dims() - 1];
+    let n = rhs_shape[rhs_shape.num_dims() - 1];
 
     let (lhs_row_stride, lhs_col_stride) = get_2d_strides(lhs.layout());
     let (rhs_row_stride, rhs_col_stride) = get_2d_strides(rhs.layout());
@@ -297,14 +309,14 @@ fn matmul_2d_strided<T: GemmScalar>(lhs: FlexTensor, rhs: FlexTensor) -> FlexTen
     let lhs_ptr = unsafe { lhs_data.as_ptr().add(lhs.layout().start_offset()) };
     let rhs_ptr = unsafe { rhs_data.as_ptr().add(rhs.layout().start_offset()) };
 
-    let out_shape = Shape::from(vec![m, n]);
-    let parallelism = get_parallelism(m, n, k);
+    let parallelism = get_parallelism(rows, n, k);
 
-    // SAFETY: gemm writes all `m × n` elements of the row-major output (`read_dst = false`).
+    // SAFETY: gemm writes all `rows × n` elements of the row-major output (`read_dst =
+    // false`), which are `out_shape`'s.
     unsafe {
         written_output::<T>(out_shape, |out| {
             gemm_call(
-                m,
+                rows,
                 n,
                 k,
                 out.as_mut_ptr().cast::<T>(),
@@ -417,36 +429,9 @@ fn folded<T: GemmScalar>(
     let (batch_shape, _, _) = broadcast_batch_dims(&l[..ld - 2], &r[..rd - 2]);
     let mut out_dims = batch_shape;
     out_dims.extend([m, n]);
-    let rows = batches * m;
-    let (lhs_row_stride, lhs_col_stride) = get_2d_strides(lhs.layout());
-    let (rhs_row_stride, rhs_col_stride) = get_2d_strides(rhs.layout());
-    let lhs_data: &[T] = lhs.storage();
-    let rhs_data: &[T] = rhs.storage();
-    // SAFETY: the first batch's first row starts at the offset, and the rows run on by
-    // `lhs_row_stride` through every batch (`one_run`); gemm writes all `rows × n` elements of
-    // the row-major output (`read_dst = false`), the `[B..., M, N]` tensor's memory.
-    let out = unsafe {
-        let lhs_ptr = lhs_data.as_ptr().add(lhs.layout().start_offset());
-        let rhs_ptr = rhs_data.as_ptr().add(rhs.layout().start_offset());
-        written_output::<T>(Shape::from(out_dims), |out| {
-            gemm_call(
-                rows,
-                n,
-                k,
-                out.as_mut_ptr().cast::<T>(),
-                1,
-                n as isize,
-                lhs_ptr,
-                lhs_col_stride,
-                lhs_row_stride,
-                rhs_ptr,
-                rhs_col_stride,
-                rhs_row_stride,
-                get_parallelism(rows, n, k),
-            )
-        })
-    };
-    Ok(out)
+    // The rows run on by the row stride through every batch (`one_run`), and the
+    // `[B..., M, N]` output is the `B·M` rows of the product.
+    Ok(product_rows::<T>(&lhs, &rhs, batches * m, Shape::from(out_dims)))
 }
 
 /// Batched matmul: [B..., M, K] x [B..., K, N] -> [B..., M, N]
