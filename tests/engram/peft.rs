@@ -373,24 +373,28 @@ fn peft_export_and_adapter_refuse_bad_requests() {
     // `[model] adapter` that does not fit the run: positioned at its line (line 14).
     let adapter = format!("adapter = \"{a}\"\n");
     for (name, model, lora, says) in [
-        ("rank.toml", adapter.as_str(), "rank = 4\n", "r = 2"),
+        ("rank.toml", adapter.as_str(), "rank = 4\n", &["r = 2"][..]),
         (
             "targets.toml",
             adapter.as_str(),
             "targets = [\"query\"]\n",
-            "does not adapt",
+            &["does not adapt"],
         ),
+        // The hint gives the file's layers in engram's names, which `targets` takes.
         (
             "more.toml",
             adapter.as_str(),
             "targets = [\"query\", \"value\", \"key\"]\n",
-            "no lora_A",
+            &[
+                "no lora_A",
+                "targets = [\"blocks.1.attention.query\", \"blocks.1.attention.value\", \"blocks.2.",
+            ],
         ),
         (
             "missing.toml",
             "adapter = \"nowhere\"\n",
             "",
-            "no such directory",
+            &["no such directory"],
         ),
     ] {
         // `rank = 4` after `rank = 2` would be a duplicate key: replace it instead.
@@ -409,7 +413,7 @@ fn peft_export_and_adapter_refuse_bad_requests() {
         let (code, log) = run(&["validate", c.to_str().unwrap()]);
         assert_eq!(code, 2, "{name}: {log}");
         assert!(
-            log.contains(&format!("{name}:17:")) && log.contains(says),
+            log.contains(&format!("{name}:17:")) && says.iter().all(|s| log.contains(s)),
             "{name}: {log}"
         );
     }
@@ -443,7 +447,7 @@ fn peft_export_and_adapter_refuse_bad_requests() {
         "rs",
         &[peft::ADAPTER_FILE, peft::CONFIG_FILE],
         &rslora,
-        "rsLoRA",
+        "use_rslora true: engram loads plain LoRA adapters (peft_type \"LORA\", no DoRA or rsLoRA",
     );
     // engram's head read from other pooled features than it was trained on would give another
     // model's logits: a head trained with mean pooling under `pooling = "cls"`, and a head

@@ -371,8 +371,9 @@ pub fn safetensors_bytes(tensors: &[Named]) -> Vec<u8> {
 /// values (the `safetensors` crate's reader, which checks the header, offsets and sizes).
 ///
 /// # Errors
-/// A message naming `path` when it cannot be read, is not safetensors, or holds another
-/// dtype.
+/// A message naming `path` when it cannot be read, is not safetensors, holds another dtype,
+/// or holds a NaN or infinite value (named by tensor and flat index: a factor that is not
+/// finite makes every logit NaN, which no learning rate recovers from).
 pub fn read_safetensors(path: &Path) -> std::result::Result<Tensors, String> {
     let bytes = crate::fsutil::read_bounded(path, crate::fsutil::MAX_DATA_BYTES)
         .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -397,6 +398,13 @@ pub fn read_safetensors(path: &Path) -> std::result::Result<Tensors, String> {
                 ));
             }
         };
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(format!(
+                "{}: {name} holds {} at flat index {i}; an adapter's values must be finite",
+                path.display(),
+                values[i]
+            ));
+        }
         out.insert(name, (view.shape().to_vec(), values));
     }
     Ok(out)

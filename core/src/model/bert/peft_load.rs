@@ -63,27 +63,46 @@ fn read_config(dir: &Path) -> std::result::Result<(serde_json::Value, usize, f64
         .map_err(|e| refuse(format!("{}: not JSON: {e}", cfg_path.display()), None))?;
     let field = |k: &str| &c[k];
     let nonempty = |k: &str| field(k).as_object().is_some_and(|o| !o.is_empty());
-    if field("peft_type").as_str() != Some("LORA")
-        || field("use_dora").as_bool() == Some(true)
-        || field("use_rslora").as_bool() == Some(true)
-        || field("fan_in_fan_out").as_bool() == Some(true)
-        || field("bias").as_str().is_some_and(|b| b != "none")
-        || nonempty("rank_pattern")
-        || nonempty("alpha_pattern")
-    {
+    let unlike: Vec<String> = [
+        ("peft_type", field("peft_type").as_str() != Some("LORA")),
+        ("use_dora", field("use_dora").as_bool() == Some(true)),
+        ("use_rslora", field("use_rslora").as_bool() == Some(true)),
+        (
+            "fan_in_fan_out",
+            field("fan_in_fan_out").as_bool() == Some(true),
+        ),
+        ("bias", field("bias").as_str().is_some_and(|b| b != "none")),
+        ("rank_pattern", nonempty("rank_pattern")),
+        ("alpha_pattern", nonempty("alpha_pattern")),
+    ]
+    .into_iter()
+    .filter(|(_, unlike)| *unlike)
+    .map(|(k, _)| format!("{k} {}", field(k)))
+    .collect();
+    if !unlike.is_empty() {
         return Err(refuse(
             format!(
-                "{}: engram loads plain LoRA adapters (peft_type \"LORA\", no DoRA or \
+                "{}: {}: engram loads plain LoRA adapters (peft_type \"LORA\", no DoRA or \
                  rsLoRA, fan_in_fan_out false, bias \"none\", one r and lora_alpha for every \
                  layer: no rank_pattern or alpha_pattern)",
-                cfg_path.display()
+                cfg_path.display(),
+                unlike.join(", ")
             ),
             None,
         ));
     }
     let (Some(r), Some(alpha)) = (field("r").as_u64(), field("lora_alpha").as_f64()) else {
+        let says = |k: &str| match field(k) {
+            serde_json::Value::Null => format!("no {k}"),
+            v => format!("{k} {v}"),
+        };
         return Err(refuse(
-            format!("{}: no r or lora_alpha", cfg_path.display()),
+            format!(
+                "{}: {}, {}; r must be a whole number ≥ 1 and lora_alpha a number",
+                cfg_path.display(),
+                says("r"),
+                says("lora_alpha")
+            ),
             None,
         ));
     };
@@ -221,6 +240,14 @@ fn factor_values(
     for a in adapted {
         for (f, path) in [("a", &a.a), ("b", &a.b)] {
             if !new.contains_key(path) {
+                // The file's layers in engram's names, which `targets` takes (PEFT's
+                // target_modules name the same layers in Hugging Face's).
+                let mut held: Vec<&str> = adapted
+                    .iter()
+                    .filter(|a| new.contains_key(&a.a))
+                    .map(|a| a.module.as_str())
+                    .collect();
+                held.dedup();
                 return Err(refuse(
                     format!(
                         "{} has no lora_{} for {}, which the run adapts",
@@ -228,10 +255,15 @@ fn factor_values(
                         f.to_uppercase(),
                         a.module
                     ),
-                    Some(format!(
-                        "set the lora entry's targets to the adapter's target_modules ({})",
-                        target_modules
-                    )),
+                    Some(if held.is_empty() {
+                        format!("{} holds no LoRA factors at all", file.display())
+                    } else {
+                        format!(
+                            "set the lora entry's targets to the layers the adapter holds: \
+                             targets = {held:?} (its target_modules, {target_modules}, name \
+                             them in Hugging Face's terms)"
+                        )
+                    }),
                 ));
             }
         }

@@ -78,4 +78,11 @@ fn transpose_and_safetensors_round_trip() {
             .unwrap_err()
             .contains("not a safetensors")
     );
+    // A value that is not finite is refused by tensor and index, NaN and infinity alike.
+    for bad in [f32::NAN, f32::NEG_INFINITY] {
+        let t = vec![("x".to_string(), vec![2, 2], vec![1., 2., bad, 4.])];
+        std::fs::write(&f, safetensors_bytes(&t)).unwrap();
+        let e = read_safetensors(&f).unwrap_err();
+        assert!(e.contains("x holds") && e.contains("flat index 2"), "{e}");
+    }
 }

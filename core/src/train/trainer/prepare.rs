@@ -296,7 +296,11 @@ pub fn load_adapter(cfg: &LoadedConfig, model: Model) -> Result<Model> {
         return Err(cfg.error_at(
             "model",
             "adapter",
-            format!("{}: no such directory", dir.display()),
+            if dir.exists() {
+                format!("{}: is a file, not a directory", dir.display())
+            } else {
+                format!("{}: no such directory", dir.display())
+            },
             Some(
                 "name the directory `engram export --peft` or PEFT's save_pretrained wrote".into(),
             ),
