@@ -112,7 +112,7 @@ impl ParamSource {
         }
         let value = Spanned::new(span, DeValue::Table(table));
         T::deserialize(ValueDeserializer::from(value)).map_err(|e| {
-            toml_error_with_choices(&self.file, src, &e, |patched| {
+            let mut err = toml_error_with_choices(&self.file, src, &e, |patched| {
                 let again = ParamSource {
                     source: Arc::from(patched),
                     ..self.clone()
@@ -121,7 +121,15 @@ impl ParamSource {
                     Err(Error::Config { message, .. }) => Some(message),
                     _ => None,
                 }
-            })
+            });
+            if self.list == "model"
+                && let Error::Config { message, hint, .. } = &mut err
+                && let Some(m) = with_section_keys(message)
+            {
+                *hint = hint_for(&m);
+                *message = m;
+            }
+            err
         })
     }
 
@@ -181,4 +189,26 @@ fn table_at<'a, 'b>(doc: &'a DeTable<'b>, list: &str) -> Option<&'a Spanned<DeVa
         }
     }
     Some(v)
+}
+
+/// An unknown-field `message` from a model's own keys with `[model]`'s keys added to what it
+/// expected (`type` and [`super::INIT_KEYS`], which the section reads before the model's
+/// factory sees the rest), so that neither the list nor the did-you-mean leaves them out
+/// (`adaptor` → `adapter`); `None` for any other message.
+fn with_section_keys(message: &str) -> Option<String> {
+    let field = message.strip_prefix("unknown field `")?.split('`').next()?;
+    // serde's three forms: "expected `a`", "expected `a` or `b`", "expected one of `a`, `b`,
+    // `c`" (or "there are no fields"): the quoted names after the field.
+    let keys: Vec<String> = message
+        .split('`')
+        .skip(3)
+        .step_by(2)
+        .chain(std::iter::once("type"))
+        .chain(super::INIT_KEYS)
+        .map(|k| format!("`{k}`"))
+        .collect();
+    Some(format!(
+        "unknown field `{field}`, expected one of {}",
+        keys.join(", ")
+    ))
 }

@@ -80,6 +80,63 @@ fn strategy_params_keep_positions() {
     assert_eq!(l.type_position("forgetting", 1), (9, 8));
 }
 
+/// A model's unknown key is checked against `[model]`'s own keys too (`type`, `init`,
+/// `adapter`…, which the section reads before the model's factory): the list names them and
+/// the did-you-mean finds them, whether the model has many keys, one or none.
+#[test]
+fn model_keys_include_the_section_s_own() {
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Two {
+        hidden: Option<usize>,
+        layers: Option<usize>,
+    }
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct One {
+        hidden: Option<usize>,
+    }
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    struct Zero {}
+    let l = load(&format!("{MIN}adaptor = \"x\"\n")).unwrap();
+    let parts = |e: Error| match e {
+        Error::Config {
+            line,
+            message,
+            hint,
+            ..
+        } => (line, message, hint.unwrap_or_default()),
+        other => panic!("{other:?}"),
+    };
+    let (line, message, hint) = parts(l.params("model", 0).parse::<Two>().unwrap_err());
+    assert_eq!(line, 5);
+    assert_eq!(
+        message,
+        "unknown field `adaptor`, expected one of `hidden`, `layers`, `type`, `init`, \
+         `init_layout`, `init_remap`, `adapter`"
+    );
+    assert_eq!(hint, "did you mean `adapter`?");
+    let (_, message, hint) = parts(l.params("model", 0).parse::<One>().unwrap_err());
+    assert!(
+        message.ends_with(
+            "expected one of `hidden`, `type`, `init`, `init_layout`, `init_remap`, `adapter`"
+        ),
+        "{message}"
+    );
+    assert_eq!(hint, "did you mean `adapter`?");
+    let (_, message, _) = parts(l.params("model", 0).parse::<Zero>().unwrap_err());
+    assert!(
+        message.ends_with("expected one of `type`, `init`, `init_layout`, `init_remap`, `adapter`"),
+        "{message}"
+    );
+    // Another section's unknown key keeps its own list.
+    let l = load(&format!("{MIN}[train]\nadaptor = 1\n")).unwrap_err();
+    assert!(!l.to_string().contains("`adapter`"), "{l}");
+}
+
 #[test]
 fn key_at_names_the_innermost_key_and_blame_names_the_override() {
     let src = "[train]\nepochs = 3\n[[forgetting]]\ntype = \"ewc\"\n[[forgetting]]\n\
