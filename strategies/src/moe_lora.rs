@@ -41,11 +41,18 @@ use engram_core::strategy::{BatchContext, ForgettingStrategy, StrategyState, Tas
 use engram_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
+/// The most experts one adapted layer's pool may hold after the stream's last task. The
+/// mixtures this strategy follows use a handful (LoRAMoE: 6; MoE-Adapters: 22); a pool of
+/// thousands is a typo that would allocate `experts × rank × (d_in + d_out)` values per layer
+/// (f32, 4 bytes each) before it could be refused for memory.
+pub const MAX_POOL: usize = 1024;
+
 /// `[[forgetting]] type = "moe-lora"` keys.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MoeLoraParams {
-    /// Experts added to every adapted layer's pool at the start of each task (at least 1).
+    /// Experts added to every adapted layer's pool at the start of each task (at least 1; the
+    /// pool after the stream's last task, this times the tasks, at most [`MAX_POOL`]).
     /// Default 2.
     pub experts_per_task: usize,
     /// Experts each token uses (at least 1; the pool's size when it has fewer). Default 2.
@@ -331,6 +338,22 @@ fn build(src: &ParamSource, cx: &BuildContext) -> Result<Box<dyn ForgettingStrat
                 Some(format!("{key} = 2")),
             ));
         }
+    }
+    let tasks = cx.num_tasks.max(1);
+    if p.experts_per_task.saturating_mul(tasks) > MAX_POOL {
+        return Err(src.key_error(
+            "experts_per_task",
+            format!(
+                "experts_per_task = {} over {tasks} tasks would give each adapted layer a pool \
+                 of {} experts, above the {MAX_POOL} this strategy takes",
+                p.experts_per_task,
+                p.experts_per_task.saturating_mul(tasks)
+            ),
+            Some(format!(
+                "experts_per_task = {} at most (mixtures of LoRA experts use 2 to 8 a task)",
+                MAX_POOL / tasks
+            )),
+        ));
     }
     if !(p.balance.is_finite() && p.balance >= 0.0) {
         return Err(src.key_error(

@@ -165,7 +165,8 @@ fn per_task_lora_runs_on_the_activation_path() {
 /// The adapter strategies' settings are refused before anything runs: `engram validate` says
 /// it at the strategy's entry (exit 2) for moe-lora over a weight-path lora, over a lora that
 /// merges each task, and without lora; o-lora without merge = "task"; per-task-lora with it;
-/// two strategies that own the adapters' structure, or one of them listed twice.
+/// two strategies that own the adapters' structure, or one of them listed twice; a pool of
+/// experts above `MAX_POOL`.
 #[test]
 fn adapter_strategy_settings_are_refused_by_validate() {
     let d = tempfile::tempdir().unwrap();
@@ -203,6 +204,18 @@ fn adapter_strategy_settings_are_refused_by_validate() {
             lora("merge = \"task\"\n"),
             "[[forgetting]]\ntype = \"o-lora\"\n[[forgetting]]\ntype = \"o-lora\"\n".into(),
             "`o-lora` is listed twice",
+        ),
+        // A pool of thousands of experts (a typo) is refused before it is allocated, with the
+        // largest setting that fits this stream's 2 tasks.
+        (
+            lora("path = \"activation\"\n"),
+            "[[forgetting]]\ntype = \"moe-lora\"\nexperts_per_task = 100000\n".into(),
+            "a pool of 200000 experts, above the 1024",
+        ),
+        (
+            lora("path = \"activation\"\n"),
+            "[[forgetting]]\ntype = \"moe-lora\"\nexperts_per_task = 513\n".into(),
+            "experts_per_task = 512 at most",
         ),
     ] {
         let cfg = crate::lora::config(d.path(), &format!("{memory}{forgetting}"));
