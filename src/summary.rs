@@ -148,17 +148,12 @@ fn accuracy_table(r: &Report) -> String {
         for v in &r.initial_accuracy {
             let _ = write!(s, " {}", pct(Some(*v)));
         }
-        match &r.init {
-            Some(i) => {
-                let _ = write!(s, "  (from {}", i.file.display());
-                // `[model] adapter`: the adapters (and an exported head) loaded over the base.
-                if let Some(a) = r.config["model"]["adapter"].as_str() {
-                    let _ = write!(s, " with the adapter {a}");
-                }
-                s.push(')');
-            }
-            None => s.push_str("  (random start)"),
-        }
+        let init = r.init.as_ref().map(|i| i.file.as_path());
+        let _ = write!(
+            s,
+            "  ({})",
+            start_label(init, r.config["model"]["adapter"].as_str())
+        );
         s.push('\n');
     }
     matrix_rows(&mut s, r.joint, &r.accuracy_matrix, pct);
@@ -368,9 +363,38 @@ pub fn confusion_table(m: &[Vec<u64>], names: &[String]) -> String {
     s
 }
 
+/// Where the `initial` row's model came from: the `[model] init` file (`init`) or the seeded
+/// random start, with the `[model] adapter` directory (`adapter`: the adapters, and an
+/// exported head, loaded over either) when the run loaded one.
+fn start_label(init: Option<&std::path::Path>, adapter: Option<&str>) -> String {
+    let base = init.map_or_else(
+        || "random start".to_string(),
+        |f| format!("from {}", f.display()),
+    );
+    match adapter {
+        Some(a) => format!("{base} with the adapter {a}"),
+        None => base,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_label_by_hand() {
+        let f = std::path::Path::new("m/model.safetensors");
+        assert_eq!(start_label(None, None), "random start");
+        assert_eq!(
+            start_label(None, Some("ad")),
+            "random start with the adapter ad"
+        );
+        assert_eq!(start_label(Some(f), None), "from m/model.safetensors");
+        assert_eq!(
+            start_label(Some(f), Some("ad")),
+            "from m/model.safetensors with the adapter ad"
+        );
+    }
 
     #[test]
     fn step_memory_line_by_hand() {

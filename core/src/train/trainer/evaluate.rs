@@ -290,7 +290,9 @@ pub(crate) fn check_learned(
             "its task-IL accuracy (logits restricted to its classes) is {til:.3}, so the \
              features separate its classes but the head never picks them over the older ones: \
              the strategies hold the old classes' logits up (replay at a high ratio on short \
-             tasks, distillation, weight averaging over too long a horizon)"
+             tasks, distillation, weight averaging over too long a horizon), or, with an adapter \
+             per task (per-task-lora), its inputs were sent to another task's adapter (the \
+             report's task_id_matrix)"
         ),
         Some(til) => format!(
             "its task-IL accuracy is {til:.3}, also near chance: the model did not learn it — it collapsed to \
