@@ -3,7 +3,7 @@
 # (bench/suite.toml: 195 runs of the MLP, about 13 minutes on this 2-core machine;
 # bench/suite-cnn.toml: 48 runs of the CNN recipe and its baselines, about 15 minutes;
 # bench/suite-text.toml: 42 runs of MiniLM on the text stream, not in the default list: it needs
-# `engram data fetch minilm` and `engram data fetch text-stream` and more than an hour;
+# `engram data fetch minilm` and `engram data fetch text-stream` and about an hour;
 # resumable, a rerun skips finished runs; bench/suite-text-heldout.toml: 12 runs of the text
 # goals on a held-out stream, about half an hour, the same needs) into runs/<name>, copies its sweep.json to
 # book/src/figures/<name>.json, and renders the book's tables (book/src/figures/<name>.md) and
