@@ -5,7 +5,7 @@
 # bench/suite-text.toml: 42 runs of MiniLM on the text stream, not in the default list: it needs
 # `engram data fetch minilm` and `engram data fetch text-stream` and about an hour;
 # resumable, a rerun skips finished runs; bench/suite-text-heldout.toml: 12 runs of the text
-# goals on a held-out stream, about half an hour, the same needs) into runs/<name>, copies its sweep.json to
+# goals on a held-out stream, about 12 minutes, the same needs) into runs/<name>, copies its sweep.json to
 # book/src/figures/<name>.json, and renders the book's tables (book/src/figures/<name>.md) and
 # the README's excerpts from them through the golden tests of tests/engram/recipes.rs. Their
 # pins of the seed-0 figures move by hand, with the diff.
