@@ -242,12 +242,11 @@ fn factor_values(
             if !new.contains_key(path) {
                 // The file's layers in engram's names, which `targets` takes (PEFT's
                 // target_modules name the same layers in Hugging Face's).
-                let mut held: Vec<&str> = adapted
+                let held: Vec<&str> = adapted
                     .iter()
                     .filter(|a| new.contains_key(&a.a))
                     .map(|a| a.module.as_str())
                     .collect();
-                held.dedup();
                 return Err(refuse(
                     format!(
                         "{} has no lora_{} for {}, which the run adapts",
