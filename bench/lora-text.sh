@@ -8,6 +8,8 @@
 #   lora naive, lora + replay      rank 8 on query/value, the head trainable (lr 1e-3)
 #   o-lora                         lora with merge = "task" and O-LoRA's orthogonality loss
 #   per-task-lora                  one adapter a task, picked by the nearest task prototype
+#   per-task-lora-seen             the same, its loss over every class seen so far
+#                                  (train_classes = "seen") instead of the task's own
 #   moe-lora                       lora on the activation path, a pool of experts per layer
 #                                  grown by task with a top-k router (2 experts a task, top 2)
 #   joint                          full fine-tuning on all tasks at once (the upper bound)
@@ -27,7 +29,7 @@ SEEDS=${SEEDS:-0,1,2}
 SUBSAMPLE=${SUBSAMPLE:-120}
 TEST=${TEST:-60}
 CAPACITY=${CAPACITY:-200}
-ROWS=${ROWS:-full-naive full-replay lora-naive lora-replay o-lora per-task-lora moe-lora joint}
+ROWS=${ROWS:-full-naive full-replay lora-naive lora-replay o-lora per-task-lora per-task-lora-seen moe-lora joint}
 BASE=examples/text/minilm-stream.toml
 [ "${KEEP:-0}" = 1 ] || rm -rf "$W"
 mkdir -p "$W"
@@ -59,6 +61,7 @@ type = "o-lora"' ;;
     per-task-lora) base 1e-3; echo "$LORA"; echo 'merge = "none"
 [[forgetting]]
 type = "per-task-lora"' ;;
+    per-task-lora-seen) config per-task-lora; echo 'train_classes = "seen"' ;;
     moe-lora) base 1e-3; echo "$LORA"; echo 'path = "activation"
 [[forgetting]]
 type = "moe-lora"' ;;

@@ -6,7 +6,9 @@
 //! adapters, the head, `lora`'s `train` modules: what PEFT saves as an adapter), and attaches
 //! fresh adapters for the next task (`A ~ N(0, σ = 1/r)` redrawn, `B = 0`, as Burn's LoRA
 //! starts them), or with `init = "previous"` lets the next task train on from the adapters just
-//! kept. No sample is stored and nothing is merged into the base.
+//! kept. No sample is stored and nothing is merged into the base. A task trains its expert on
+//! its own classes' logits (`train_classes = "task"`, the default): the expert answers among
+//! no others.
 //!
 //! At evaluation ([`ForgettingStrategy::infer`]):
 //! - where the task is given (a task-incremental stream, the task-IL view), its expert answers;
@@ -32,11 +34,12 @@ use engram_core::burn::module::Module;
 use engram_core::burn::tensor::{Device, Distribution, Tensor, TensorData};
 use engram_core::component::Component;
 use engram_core::config::ParamSource;
-use engram_core::data::stream::{Part, SampleRef};
+use engram_core::data::stream::{Batch, Part, SampleRef};
 use engram_core::model::{Activation, ForwardCtx, Model};
 use engram_core::registry::BuildContext;
 use engram_core::strategy::{
-    ForgettingStrategy, Inference, LmRefusal, StateTensor, StrategyState, TaskContext, TaskInfo,
+    BatchContext, ForgettingStrategy, Inference, LmRefusal, StateTensor, StrategyState,
+    TaskContext, TaskInfo,
 };
 use engram_core::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -84,6 +87,20 @@ pub enum Init {
     Previous,
 }
 
+/// Which logits a training step's softmax runs over ([`PerTaskLoraParams::train_classes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrainClasses {
+    /// The row's task's own classes (the default): its expert only ever answers among them,
+    /// so it learns the within-task prediction of Kim et al. 2022 (eq. 1) and spends no step
+    /// pushing down the earlier tasks' logits (the "labels trick", Zeno et al. 2018, §4).
+    #[default]
+    Task,
+    /// What `[data]` allows: the classes seen so far under `mask_logits`, every class without
+    /// (the cross-entropy of every other strategy).
+    Seen,
+}
+
 /// `[[forgetting]] type = "per-task-lora"` keys.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -100,6 +117,9 @@ pub struct PerTaskLoraParams {
     pub distance: Distance,
     /// `fresh` (default) or `previous`: what a new task's adapters start from ([`Init`]).
     pub init: Init,
+    /// `task` (default) or `seen`: which logits the training loss's softmax runs over
+    /// ([`TrainClasses`]).
+    pub train_classes: TrainClasses,
 }
 
 /// A finished task's expert: its classes, its trainable parameters' values and its prototype.
@@ -376,6 +396,32 @@ fn prototypes(groups: &BTreeMap<usize, Vec<Vec<f32>>>) -> Vec<Vec<f32>> {
 impl ForgettingStrategy for PerTaskLora {
     fn name(&self) -> &str {
         PerTaskLoraParams::NAME
+    }
+
+    /// With `train_classes = "task"`, masks each row's logits `[batch, classes]` to its own
+    /// task's classes (0 kept, −1e9 masked, as [`Stream::batch`] masks a task-incremental
+    /// row); a replayed row keeps the mask of the task it came from.
+    ///
+    /// [`Stream::batch`]: engram_core::data::stream::Stream::batch
+    fn prepare_batch(&mut self, mut batch: Batch, cx: &BatchContext<'_>) -> Result<Batch> {
+        if self.p.train_classes == TrainClasses::Seen {
+            return Ok(batch);
+        }
+        let (n, c) = (batch.refs.len(), cx.stream.num_classes);
+        let mut m = vec![-1e9f32; n * c];
+        for (row, r) in m.chunks_mut(c.max(1)).zip(&batch.refs) {
+            let task = cx.stream.tasks.get(r.task as usize).ok_or_else(|| {
+                err(format!(
+                    "a batch row of task {} past the stream's end",
+                    r.task
+                ))
+            })?;
+            for &k in &task.classes {
+                row[k] = 0.0;
+            }
+        }
+        batch.logit_mask = Some(Tensor::from_data(TensorData::new(m, [n, c]), cx.device));
+        Ok(batch)
     }
 
     fn owns(&self) -> Option<&'static str> {

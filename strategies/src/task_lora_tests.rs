@@ -376,3 +376,62 @@ fn per_task_lora_needs_lora_without_merge() {
         "{e}"
     );
 }
+
+/// `train_classes = "task"`: each row's loss is the cross-entropy over its own task's classes
+/// alone (a replayed row of task 0 over task 0's), checked against the two-class log-softmax by
+/// hand; `seen` leaves the batch's mask as the stream made it (none: class-IL without
+/// `mask_logits`).
+#[test]
+fn task_rows_train_on_their_own_classes() {
+    use engram_core::strategy::Position;
+    let device = Device::flex();
+    let stream = toy_stream();
+    let position = Position {
+        task: 1,
+        ..Position::default()
+    };
+    let controls = crate::test_util::controls();
+    let cx = crate::test_util::batch_cx(&position, &controls, &stream, &device);
+    let mut refs: Vec<SampleRef> = stream.epoch_order(1, 0, 0)[..3].to_vec();
+    refs.push(stream.epoch_order(0, 0, 0)[0]);
+    let plain = stream.batch(&refs, Part::Train, 1, &device);
+    assert!(plain.logit_mask.is_none());
+    let mut seen = PerTaskLora::new(
+        PerTaskLoraParams {
+            train_classes: TrainClasses::Seen,
+            ..PerTaskLoraParams::default()
+        },
+        0,
+        8,
+    );
+    assert!(
+        seen.prepare_batch(plain.clone(), &cx)
+            .unwrap()
+            .logit_mask
+            .is_none()
+    );
+    let mut s = PerTaskLora::new(PerTaskLoraParams::default(), 0, 8);
+    let b = s.prepare_batch(plain, &cx).unwrap();
+    let c = stream.num_classes;
+    let logits: Vec<f32> = (0..refs.len() * c)
+        .map(|i| ((i * 7) % 11) as f32 * 0.3)
+        .collect();
+    let got = values(engram_core::train::trainer::per_sample_cross_entropy(
+        Tensor::from_data(TensorData::new(logits.clone(), [refs.len(), c]), &device),
+        &b,
+    ));
+    let labels = b.labels();
+    for (i, r) in refs.iter().enumerate() {
+        let own = &stream.tasks[r.task as usize].classes;
+        assert_eq!(own.len(), 2);
+        let z = |k: usize| f64::from(logits[i * c + k]);
+        let lse = (z(own[0]).exp() + z(own[1]).exp()).ln();
+        let want = lse - z(labels[i] as usize);
+        assert!(
+            (f64::from(got[i]) - want).abs() < 1e-5,
+            "row {i} (task {}): {} vs {want}",
+            r.task,
+            got[i]
+        );
+    }
+}
