@@ -301,7 +301,7 @@ fn the_text_chapter_figure_is_generated() {
 
 /// book/src/figures/lora-text.md is `bench/lora-text.sh`'s output (a golden file: MiniLM and the
 /// corpora are not fetched here): the machine, the slice and seeds, `engram compare`'s table
-/// with the seven rows in the script's order (named by row, not by the machine's paths), and
+/// with the nine rows in the script's order (named by row, not by the machine's paths), and
 /// the per-task experts' routing line for each seed.
 #[test]
 fn the_lora_text_figure_is_generated() {
@@ -327,6 +327,7 @@ fn the_lora_text_figure_is_generated() {
             "lora-replay",
             "o-lora",
             "per-task-lora",
+            "per-task-lora-seen",
             "moe-lora",
             "joint"
         ],

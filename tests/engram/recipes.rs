@@ -21,7 +21,7 @@ fn suite_json(name: &str) -> Value {
 /// The suites whose tables the book and the README show: `bench/suite.toml` (the MLP, every
 /// method), `bench/suite-cnn.toml` (the CNN recipe and its baselines) and
 /// `bench/suite-text.toml` (MiniLM on the text stream: full fine-tuning and LoRA methods) and
-/// `bench/suite-text-heldout.toml` (the text goals on a stream held out of their choice).
+/// `bench/suite-text-heldout.toml` (the text goals on streams held out of their choice).
 const SUITES: [&str; 4] = ["suite", "suite-cnn", "suite-text", "suite-text-heldout"];
 
 /// Suite `name`'s roles, from its sweep file's `[sweep.suite]` (`bench/<name>.toml`).
