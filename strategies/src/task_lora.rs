@@ -399,28 +399,18 @@ impl ForgettingStrategy for PerTaskLora {
     }
 
     /// With `train_classes = "task"`, masks each row's logits `[batch, classes]` to its own
-    /// task's classes (0 kept, −1e9 masked, as [`Stream::batch`] masks a task-incremental
-    /// row); a replayed row keeps the mask of the task it came from.
+    /// task's classes ([`Stream::logit_mask`], as a task-incremental stream masks its rows); a
+    /// replayed row keeps the mask of the task it came from.
     ///
-    /// [`Stream::batch`]: engram_core::data::stream::Stream::batch
+    /// [`Stream::logit_mask`]: engram_core::data::stream::Stream::logit_mask
     fn prepare_batch(&mut self, mut batch: Batch, cx: &BatchContext<'_>) -> Result<Batch> {
         if self.p.train_classes == TrainClasses::Seen {
             return Ok(batch);
         }
-        let (n, c) = (batch.refs.len(), cx.stream.num_classes);
-        let mut m = vec![-1e9f32; n * c];
-        for (row, r) in m.chunks_mut(c.max(1)).zip(&batch.refs) {
-            let task = cx.stream.tasks.get(r.task as usize).ok_or_else(|| {
-                err(format!(
-                    "a batch row of task {} past the stream's end",
-                    r.task
-                ))
-            })?;
-            for &k in &task.classes {
-                row[k] = 0.0;
-            }
-        }
-        batch.logit_mask = Some(Tensor::from_data(TensorData::new(m, [n, c]), cx.device));
+        let tasks = &cx.stream.tasks;
+        batch.logit_mask = Some(cx.stream.logit_mask(&batch.refs, cx.device, |t| {
+            tasks.get(t).map(|k| k.classes.clone()).unwrap_or_default()
+        }));
         Ok(batch)
     }
 

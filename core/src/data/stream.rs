@@ -390,6 +390,26 @@ impl Stream {
         }
     }
 
+    /// The additive logit mask `[refs, classes]` of rows `refs`: 0 at the classes `allowed`
+    /// gives for a row's task, −1e9 elsewhere (what [`Batch::logit_mask`] holds).
+    pub fn logit_mask(
+        &self,
+        refs: &[SampleRef],
+        device: &Device,
+        allowed: impl Fn(usize) -> Vec<usize>,
+    ) -> Tensor<2> {
+        let (n, c) = (refs.len(), self.num_classes);
+        let mut m = vec![-1e9f32; n * c];
+        for (row, r) in m.chunks_mut(c.max(1)).zip(refs) {
+            for k in allowed(r.task as usize) {
+                if let Some(v) = row.get_mut(k) {
+                    *v = 0.0;
+                }
+            }
+        }
+        Tensor::from_data(TensorData::new(m, [n, c]), device)
+    }
+
     /// Gathers `refs` from split `part` into a batch on `device`.
     ///
     /// Masks: task-incremental rows get the mask of their own task; class-incremental rows with
@@ -411,21 +431,11 @@ impl Stream {
             |t| self.tasks[t].permutation.as_deref(),
             device,
         );
-        let logit_mask = if self.allowed_classes(0, seen).is_some() {
-            let c = self.num_classes;
-            let mut m = vec![-1e9f32; n * c];
-            for (i, r) in refs.iter().enumerate() {
-                for k in self
-                    .allowed_classes(r.task as usize, seen)
-                    .unwrap_or_default()
-                {
-                    m[i * c + k] = 0.0;
-                }
-            }
-            Some(Tensor::from_data(TensorData::new(m, [n, c]), device))
-        } else {
-            None
-        };
+        let logit_mask = self.allowed_classes(0, seen).map(|_| {
+            self.logit_mask(refs, device, |t| {
+                self.allowed_classes(t, seen).unwrap_or_default()
+            })
+        });
         debug_assert_eq!(x.dims(), [n, f]);
         Batch {
             x,
