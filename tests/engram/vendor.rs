@@ -828,7 +828,9 @@ fn softmax_train_is_the_composition_bit_for_bit() {
                         } else {
                             activation::softmax(scores, 2)
                         };
-                        let kept = engram::core::alloc::read().current - before;
+                        // Signed: the counter is the process's, and a test freeing memory
+                        // in parallel can move it below `before`.
+                        let kept = engram::core::alloc::read().current as i64 - before as i64;
                         let w = Tensor::<3>::from_data(TensorData::new(g.clone(), dims), &ad);
                         let grads = (y.clone() * w).sum().backward();
                         (bits(y), bits(xa.grad(&grads).unwrap()), kept)
@@ -850,8 +852,18 @@ fn softmax_train_is_the_composition_bit_for_bit() {
                         "{case}"
                     );
                     if !checkpointing {
+                        // The counter is process-wide: a pair of readings another test moved is
+                        // taken again (at most three times).
+                        let holds = |g: i64, w: i64| g >= 0 && g + 4 * len as i64 <= w;
+                        let (mut got_kept, mut want_kept) = (got_kept, want_kept);
+                        for _ in 0..3 {
+                            if holds(got_kept, want_kept) {
+                                break;
+                            }
+                            (want_kept, got_kept) = (run(false).2, run(true).2);
+                        }
                         assert!(
-                            got_kept + 4 * len as u64 <= want_kept,
+                            holds(got_kept, want_kept),
                             "kept {got_kept} B against the composition's {want_kept} B, {case}"
                         );
                     }
